@@ -1,0 +1,31 @@
+"""Gradian: find the training data that broke your LoRA fine-tune.
+
+The heavy public API (``build_index``, ``attribute``, ``LoadedModel``) is imported lazily so that
+``import gradian`` and ``gradian --help`` stay fast and never import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gradian.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "build_index": "gradian.index.build:build_index",
+    "attribute": "gradian.attribution.api:attribute",
+    "LoadedModel": "gradian.model.loaded:LoadedModel",
+    "GradianConfig": "gradian.config:GradianConfig",
+    "load_config": "gradian.config:load_config",
+}
+
+__all__ = ["__version__", "hookimpl", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from gradian.records import load_object
+
+        return load_object(_LAZY[name])
+    raise AttributeError(f"module 'gradian' has no attribute {name!r}")

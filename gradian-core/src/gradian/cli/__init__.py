@@ -1,0 +1,1 @@
+"""The `gradian` command line: app.py wires one module per command."""

@@ -1,0 +1,73 @@
+"""Wires the `gradian` commands together and maps user errors to one line and exit code 2."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+try:  # typer 0.2x vendors its own click; older typers use the click package
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exceptions
+
+from gradian.errors import GradianError
+
+# One module per command, each with a ``register(app)``. Command modules import heavy libraries
+# inside their functions, so building this app (and `gradian --help`) never imports torch.
+COMMAND_MODULES = (
+    "gradian.cli.doctor_cmd",
+    "gradian.cli.plugins_cmd",
+    "gradian.cli.config_cmd",
+)
+
+app = typer.Typer(
+    name="gradian",
+    help="Find the training data that broke your LoRA fine-tune.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from gradian import __version__
+
+        typer.echo(f"gradian {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Find the training data that broke your LoRA fine-tune."""
+
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(_module).register(app)
+
+
+def _fail(text: str, code: int = 2) -> int:
+    print(f"gradian: error: {text}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; user errors become one line on stderr and exit code 2."""
+    try:
+        result = app(args=argv, prog_name="gradian", standalone_mode=False)
+    except GradianError as error:
+        return _fail(error.one_line(), error.exit_code)
+    except click_exceptions.UsageError as error:
+        command = error.ctx.command_path if error.ctx is not None else "gradian"
+        return _fail(f"{error.format_message()} (hint: run `{command} --help`)", error.exit_code)
+    except click_exceptions.ClickException as error:
+        return _fail(error.format_message(), error.exit_code)
+    except (click_exceptions.Abort, KeyboardInterrupt):
+        return _fail("interrupted; finished work is kept and the next run resumes from it", 130)
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,25 @@
+"""Options shared by several commands, so each flag is spelled and documented once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+ConfigOption = Annotated[Optional[Path], typer.Option("--config", help="YAML config file (sections grads, evaluation, attribution, train, diagnose).")]
+SetOption = Annotated[Optional[list[str]], typer.Option("--set", help="Override one config key, e.g. --set grads.batch_size=4 (repeatable).")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+BaseModelOption = Annotated[Optional[str], typer.Option("--base-model", help="Base model: a local path, an id in the local HF cache, or smollm2-135m-instruct (embedded).")]
+AdapterOption = Annotated[Optional[Path], typer.Option("--adapter", help="PEFT LoRA adapter directory.")]
+DatasetOption = Annotated[Optional[Path], typer.Option("--dataset", help="The exact training data, in the same order (JSONL, JSON, parquet or a saved HF dataset).")]
+EvalDatasetOption = Annotated[Optional[Path], typer.Option("--eval-dataset", help="Eval items describing the capability, with the answers you wanted.")]
+RunOption = Annotated[Optional[Path], typer.Option("--run", help="Run directory with the trainer config and logs.")]
+TrustRemoteCodeFlag = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own Python code to run (off by default).")]
+
+
+def load_cli_config(config: Path | None, overrides: list[str] | None):
+    """The GradianConfig a command runs with."""
+    from gradian.config import load_config
+
+    return load_config(config, tuple(overrides or ()))

@@ -1,0 +1,42 @@
+"""`gradian plugins`: installed plugins, their distributions, versions, hooks and load status."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from gradian.cli.options import JsonFlag
+
+
+def plugins(json_output: JsonFlag = False) -> None:
+    """List installed plugins, the records they register, and any that failed to load."""
+    from gradian.plugins import get_plugins
+
+    plugin_set = get_plugins()
+    records = plugin_set.records_by_plugin()
+    rows = plugin_set.infos()
+    if json_output:
+        payload = [
+            {**row.__dict__, "hooks": list(row.hooks), "records": records.get(row.name, {})} for row in rows
+        ]
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Gradian plugins")
+    for column in ("name", "distribution", "version", "hooks", "records", "status"):
+        table.add_column(column)
+    for row in rows:
+        registered = records.get(row.name, {})
+        summary = ", ".join(f"{len(v)} {k.removeprefix('gradian_').replace('_', ' ')}" for k, v in registered.items())
+        status = "loaded" if row.status == "loaded" else f"[red]failed[/red]: {row.error}"
+        hooks = "\n".join(h.removeprefix("gradian_") for h in row.hooks)
+        table.add_row(row.name, row.distribution, row.version, hooks, summary, status)
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the app."""
+    app.command("plugins")(plugins)

@@ -1,0 +1,279 @@
+"""GradianConfig: the sections grads / evaluation / attribution / train / diagnose, from YAML and --set."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import ConfigError
+
+ALL_LORA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _opt(default: Any, help: str, *, choices: tuple[Any, ...] | None = None, min: float | None = None,
+         max: float | None = None, exclusive_min: bool = False) -> Any:
+    """A config field with its help text and the values it allows."""
+    meta = {"help": help, "choices": choices, "min": min, "max": max, "exclusive_min": exclusive_min}
+    if isinstance(default, (list, tuple)):
+        return field(default_factory=lambda: tuple(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class GradsConfig:
+    """How per-example gradients are captured and stored."""
+
+    batch_size: int = _opt(8, "examples per forward/backward when indexing", min=1)
+    max_seq_length: int = _opt(1024, "tokens per example; longer examples are truncated", min=1)
+    module_filter: str | None = _opt(None, "regex over full module names, e.g. 'down_proj' or 'layers\\.1[0-5]\\.'")
+    storage_dtype: str = _opt("float32", "dtype of stored gradients", choices=("float32", "float16", "bfloat16"))
+    projection_dim: int | None = _opt(None, "stored width per example; null stores exact LoRA gradients", min=1)
+    loss_reduction: str = _opt("sum", "per-example loss over supervised tokens", choices=("mean", "sum"))
+    shard_size: int = _opt(256, "examples per index shard", min=1)
+    codec: str = _opt("npy", "storage codec for index shards")
+    seed: int = _opt(0, "seed of the random projection", min=0)
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """How the capability is measured on the eval set."""
+
+    metric: str = _opt("exact_match", "per-item score", choices=("exact_match", "contains", "token_f1", "loglik"))
+    query_signal: str = _opt("auto", "query gradient", choices=("classic", "contrastive", "auto"))
+    require_significant: bool = _opt(True, "refuse to attribute when the delta's CI includes zero")
+    bootstrap_samples: int = _opt(10000, "paired bootstrap resamples", min=100)
+    confidence: float = _opt(0.95, "confidence level of the delta's interval", min=0.5, max=0.999)
+    max_new_tokens: int = _opt(64, "tokens generated per eval item", min=1)
+    batch_size: int = _opt(8, "eval items per generation batch", min=1)
+    seed: int = _opt(0, "seed of the bootstrap", min=0)
+
+
+@dataclass(frozen=True)
+class AttributionConfig:
+    """How blame is scored, aggregated and reported."""
+
+    preconditioner: str = _opt("diagonal", "gradient preconditioner", choices=("none", "diagonal", "block", "adam"))
+    damping: float | None = _opt(None, "absolute damping; null means damping_ratio x mean eigenvalue", min=0.0)
+    damping_ratio: float = _opt(0.1, "damping relative to the mean eigenvalue", min=0.0)
+    normalize: bool = _opt(False, "unit-normalize train gradients (cosine scoring)")
+    aggregation: str = _opt("mean", "how regressed items' scores combine", choices=("mean", "rank_vote"))
+    top_k: int = _opt(20, "examples listed in the report", min=1)
+    chunk_size: int = _opt(1024, "index rows scored per chunk", min=1)
+    cluster_field: str | None = _opt(None, "dataset field naming each example's cluster (e.g. source)")
+    num_clusters: int | None = _opt(None, "automatic clusters; null picks about sqrt(n/2)", min=2)
+    permutations: int = _opt(1000, "random clusters per permutation test", min=10)
+    fallback_examples: int = _opt(8, "training examples used as the target without an eval set", min=1)
+    span_examples: int = _opt(5, "top examples drilled into by span", min=0)
+    seed: int = _opt(0, "seed of permutations and clustering", min=0)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How `gradian train` fine-tunes (only to check Gradian itself)."""
+
+    learning_rate: float = _opt(2e-4, "peak learning rate", min=0.0, exclusive_min=True, max=1.0)
+    num_epochs: float = _opt(2.0, "epochs (ignored when max_steps is set)", min=0.0, exclusive_min=True)
+    max_steps: int | None = _opt(None, "optimizer steps; overrides num_epochs", min=1)
+    batch_size: int = _opt(8, "per-device batch size", min=1)
+    gradient_accumulation_steps: int = _opt(1, "micro-batches per optimizer step", min=1)
+    warmup_ratio: float = _opt(0.03, "fraction of steps spent warming up", min=0.0, max=1.0)
+    scheduler: str = _opt("linear", "learning-rate schedule", choices=("linear", "cosine", "constant", "constant_with_warmup"))
+    weight_decay: float = _opt(0.0, "AdamW weight decay", min=0.0)
+    max_grad_norm: float = _opt(1.0, "gradient clipping norm", min=0.0, exclusive_min=True)
+    max_seq_length: int = _opt(1024, "tokens per example", min=1)
+    lora_r: int = _opt(8, "LoRA rank", min=1)
+    lora_alpha: float = _opt(16.0, "LoRA alpha", min=0.0, exclusive_min=True)
+    lora_dropout: float = _opt(0.0, "LoRA dropout", min=0.0, max=0.99)
+    target_modules: tuple[str, ...] = _opt(ALL_LORA_PROJECTIONS, "module names LoRA is applied to")
+    use_rslora: bool = _opt(False, "rank-stabilized LoRA scaling (alpha / sqrt(r))")
+    logging_steps: int = _opt(1, "steps between log entries", min=1)
+    seed: int = _opt(0, "training seed", min=0)
+
+
+@dataclass(frozen=True)
+class DiagnoseConfig:
+    """Thresholds of the audit checks (see CHECKS.md)."""
+
+    near_duplicate_threshold: float = _opt(0.85, "MinHash Jaccard at which two examples are near-duplicates", min=0.0, max=1.0)
+    lr_warn: float = _opt(5e-4, "LoRA learning rate that warns", min=0.0)
+    lr_error: float = _opt(1e-3, "LoRA learning rate that errors", min=0.0)
+    lr_low: float = _opt(2e-5, "LoRA learning rate at or below which the run is too slow", min=0.0)
+
+
+@dataclass(frozen=True)
+class GradianConfig:
+    """Every setting Gradian reads, in sections."""
+
+    grads: GradsConfig = field(default_factory=GradsConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    attribution: AttributionConfig = field(default_factory=AttributionConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict (tuples as lists), for YAML, JSON and manifests."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    def section_hash(self, *sections: str) -> str:
+        """A stable hash of the named sections, for cache keys."""
+        data = {name: self.to_dict()[name] for name in sections}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def replace(self, **sections: Any) -> GradianConfig:
+        """A copy with whole sections replaced."""
+        return dataclasses.replace(self, **sections)
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(GradianConfig)}  # type: ignore[misc]
+
+
+def allowed_values(f: dataclasses.Field, hint: Any) -> str:
+    meta = f.metadata
+    if meta.get("choices"):
+        return "one of " + ", ".join(str(c) for c in meta["choices"])
+    lo, hi = meta.get("min"), meta.get("max")
+    kind = _type_name(hint)
+    if lo is not None and hi is not None:
+        return f"{kind} in [{lo}, {hi}]"
+    if lo is not None:
+        return f"{kind} {'>' if meta.get('exclusive_min') else '>='} {lo}"
+    return kind
+
+
+def _type_name(hint: Any) -> str:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if _is_optional(hint):
+        return f"{_type_name(args[0])} or null"
+    if typing.get_origin(hint) is tuple:
+        return "a list of strings"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
+
+
+def _is_optional(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    return (origin is typing.Union or origin is types.UnionType) and type(None) in typing.get_args(hint)
+
+
+def _coerce(key: str, value: Any, f: dataclasses.Field, hint: Any) -> Any:
+    """Check one value against its field's type and range; return it in the field's type."""
+    if _is_optional(hint):
+        if value is None:
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    ok = True
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif typing.get_origin(hint) is tuple:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        value = tuple(value) if ok else value
+    if ok:
+        meta = f.metadata
+        if meta.get("choices") and value not in meta["choices"]:
+            ok = False
+        lo, hi = meta.get("min"), meta.get("max")
+        if lo is not None and (value < lo or (meta.get("exclusive_min") and value == lo)):
+            ok = False
+        if hi is not None and value > hi:
+            ok = False
+    if not ok:
+        raise ConfigError(f"config key {key} has the value {value!r}", f"{key} must be {allowed_values(f, hint)}")
+    return value
+
+
+def _unknown(key: str, known: list[str]) -> ConfigError:
+    import difflib
+
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], [k.rsplit(".", 1)[-1] for k in known], n=1)
+    suggestion = next((k for k in known if close and k.endswith("." + close[0])), None)
+    hint = f"did you mean {suggestion}?" if suggestion else "known keys: " + ", ".join(known[:12]) + ", ..."
+    return ConfigError(f"unknown config key {key}", hint)
+
+
+def known_keys() -> list[str]:
+    """Every dotted config key, in declaration order."""
+    return [f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def build_config(data: dict[str, Any] | None) -> GradianConfig:
+    """A validated GradianConfig from a nested dict such as a parsed YAML file."""
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError("the config file is not a mapping of sections", "write it as `grads:`, `evaluation:` ... sections")
+    sections = {}
+    for name, values in data.items():
+        if name not in SECTIONS:
+            raise _unknown(str(name), list(SECTIONS) + known_keys())
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"config section {name} is not a mapping", f"write it as `{name}:` followed by indented keys")
+        cls = SECTIONS[name]
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for key, value in values.items():
+            dotted = f"{name}.{key}"
+            if key not in fields:
+                raise _unknown(dotted, known_keys())
+            kwargs[key] = _coerce(dotted, value, fields[key], hints[key])
+        sections[name] = cls(**kwargs)
+    return GradianConfig(**sections)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Split one ``--set section.key=value`` into its parts; the value is parsed as YAML."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or "." not in key:
+        raise ConfigError(f"--set {text!r} is not section.key=value", "for example --set grads.batch_size=4")
+    section, _, name = key.partition(".")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return section, name, value
+
+
+def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> GradianConfig:
+    """The config from an optional YAML file with ``--set`` overrides applied on top."""
+    import yaml
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist", "pass the path of a YAML file to --config")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+            raise ConfigError(f"{where}: not valid YAML", "fix the YAML syntax at that line") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} is not a mapping of sections", "write it as `grads:`, `evaluation:` ... sections")
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for text in overrides:
+        section, name, value = parse_override(text)
+        if section not in SECTIONS:
+            raise _unknown(f"{section}.{name}", known_keys())
+        current = data.get(section)
+        data[section] = dict(current) if isinstance(current, dict) else {}
+        data[section][name] = value
+    return build_config(data)

@@ -1,0 +1,26 @@
+"""Gradian-core's own plugin: the built-in codecs and run-log readers, registered like any other."""
+
+from __future__ import annotations
+
+from gradian.hookspecs import hookimpl
+
+# Filled in by the modules that own each built-in; kept as "module:attr" strings so that listing
+# plugins imports nothing heavy.
+BUILTIN_CODECS: tuple[str, ...] = ()
+BUILTIN_READERS: tuple[str, ...] = ()
+
+
+@hookimpl
+def gradian_storage_codecs():
+    """The storage codecs that ship with gradian-core."""
+    from gradian.records import load_object
+
+    return [load_object(target) for target in BUILTIN_CODECS]
+
+
+@hookimpl
+def gradian_run_log_readers():
+    """The run-log readers that ship with gradian-core."""
+    from gradian.records import load_object
+
+    return [load_object(target) for target in BUILTIN_READERS]

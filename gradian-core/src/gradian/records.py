@@ -1,0 +1,211 @@
+"""Frozen records passed through Gradian's hooks; plugins yield these, never live heavy objects."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Severity = Literal["error", "warning", "info"]
+Family = Literal["data", "config", "dynamics"]
+Need = Literal["dataset", "tokenizer", "eval_dataset", "run_config", "run_logs", "adapter"]
+
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+FAMILIES: tuple[Family, ...] = ("data", "config", "dynamics")
+NEEDS: tuple[Need, ...] = ("dataset", "tokenizer", "eval_dataset", "run_config", "run_logs", "adapter")
+
+
+def load_object(target: str) -> Any:
+    """Import and return the object named by a ``"package.module:attr"`` string."""
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+# --- trainers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One LoRA fine-tune that Gradian runs to check itself (counterfactuals, injection)."""
+
+    base_model: str
+    dataset: Path
+    out: Path
+    config: Any  # gradian.config.GradianConfig; typed loosely so records stay import-light
+    drop_ids: frozenset[str] = frozenset()
+    extra_datasets: tuple[Path, ...] = ()
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished training job wrote: the adapter dir, the run dir and a few headline numbers."""
+
+    adapter_dir: Path
+    run_dir: Path
+    final_loss: float | None
+    steps: int
+    seconds: float
+    backend: str
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """A training backend; ``load`` names a class whose instances have ``train(job) -> TrainResult``."""
+
+    name: str
+    summary: str
+    load: str
+    requires: tuple[str, ...] = ()
+    available: Callable[[], str | None] | None = None
+
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot run here, or None when it can."""
+        return self.available() if self.available is not None else None
+
+
+# --- run logs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One logged training or evaluation entry, with the field names normalized."""
+
+    step: int
+    epoch: float | None = None
+    loss: float | None = None
+    grad_norm: float | None = None
+    learning_rate: float | None = None
+    eval_loss: float | None = None
+    mean_token_accuracy: float | None = None
+    line: int | None = None  # where it was read from, for evidence
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A run's training configuration, normalized across trainers; None means not found."""
+
+    learning_rate: float | None = None
+    lr_scheduler: str | None = None
+    warmup_steps: int | None = None
+    warmup_ratio: float | None = None
+    num_epochs: float | None = None
+    max_steps: int | None = None
+    per_device_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    world_size: int | None = None
+    max_grad_norm: float | None = None
+    max_length: int | None = None
+    packing: bool | None = None
+    packing_strategy: str | None = None
+    padding_free: bool | None = None
+    loss_mask: str | None = None  # "completion_only" | "assistant_only" | "all" | "unknown"
+    precision: str | None = None
+    eval_strategy: str | None = None
+    val_set_size: float | None = None
+    lora_r: int | None = None
+    lora_alpha: float | None = None
+    lora_dropout: float | None = None
+    lora_target_modules: tuple[str, ...] | None = None
+    use_rslora: bool | None = None
+    modules_to_save: tuple[str, ...] | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class RunArtifact:
+    """One normalized record of a training run, whatever trainer wrote it."""
+
+    path: Path
+    reader: str
+    config: RunConfig = field(default_factory=RunConfig)
+    metrics: tuple[MetricPoint, ...] = ()
+    global_step: int | None = None
+    finished: bool | None = None
+    adapter_config: Mapping[str, Any] = field(default_factory=dict)
+    framework_versions: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)  # field name -> "file[:line]" it came from
+
+
+@dataclass(frozen=True)
+class RunLogReaderSpec:
+    """A run-directory reader: ``sniff(path)`` is a confidence in [0, 1], ``read(path)`` the artifact."""
+
+    name: str
+    summary: str
+    sniff: Callable[[Path], float]
+    read: Callable[[Path], RunArtifact]
+    looks_for: tuple[str, ...] = ()  # file names, listed when no reader matches
+
+
+# --- audit checks -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Where a finding comes from: a file:line, example ids, steps or values."""
+
+    text: str
+    location: str | None = None
+    example_ids: tuple[str, ...] = ()
+    steps: tuple[int, ...] = ()
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem an audit check found, with its evidence and its fix."""
+
+    check_id: str
+    severity: Severity
+    message: str
+    fix: str
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True)
+class AuditCheck:
+    """An audit check of ``gradian diagnose``; ``run(ctx)`` yields Findings."""
+
+    id: str
+    family: Family
+    severity: Severity
+    summary: str
+    fix: str
+    needs: frozenset[Need]
+    run: Callable[[Any], Iterable[Finding]]
+
+
+# --- storage codecs -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """A storage codec for index shards: ``write(path, array)`` and a memory-mapped ``read(path)``."""
+
+    name: str
+    summary: str
+    suffix: str
+    write: Callable[[Path, Any], None]
+    read: Callable[[Path], Any]
+
+
+# --- plugin listing -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One loaded (or failed) plugin, as `gradian plugins` and `gradian doctor` show it."""
+
+    name: str
+    distribution: str
+    version: str
+    module: str
+    hooks: tuple[str, ...]
+    status: str  # "loaded" | "failed"
+    error: str | None = None

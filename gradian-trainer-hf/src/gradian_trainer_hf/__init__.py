@@ -1,0 +1,1 @@
+"""The hf training backend for `gradian train`."""

@@ -1,0 +1,1 @@
+"""The trl training backend for `gradian train`."""

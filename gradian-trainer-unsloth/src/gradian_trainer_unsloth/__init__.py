@@ -1,0 +1,1 @@
+"""The unsloth training backend for `gradian train`."""

@@ -1,0 +1,34 @@
+"""Entry point of gradian-trainer-unsloth: registers the GPU-only `unsloth` backend.
+
+This module never imports unsloth: unsloth patches transformers, peft and torch globally, so the
+backend runs in a process of its own that imports unsloth first.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import gradian
+from gradian.records import TrainerSpec
+
+
+def _available() -> str | None:
+    if importlib.util.find_spec("unsloth") is None:
+        return "unsloth is not installed (pip install 'gradian-trainer-unsloth[unsloth]', needs CUDA)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "unsloth needs a CUDA GPU and none is visible"
+    return None
+
+
+@gradian.hookimpl
+def gradian_trainers():
+    """unsloth's FastLanguageModel, run in its own process; GPU only."""
+    yield TrainerSpec(
+        name="unsloth",
+        summary="unsloth FastLanguageModel in a separate process (GPU only)",
+        load="gradian_trainer_unsloth.backend:UnslothTrainer",
+        requires=("gradian-trainer-unsloth", "unsloth"),
+        available=_available,
+    )
