@@ -160,8 +160,19 @@ def _is_optional(hint: Any) -> bool:
     return (origin is typing.Union or origin is types.UnionType) and type(None) in typing.get_args(hint)
 
 
+def _yaml_float(value: Any) -> Any:
+    """YAML 1.1 reads 1e-4 (no dot) as a string; accept it as the number everyone means."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _coerce(key: str, value: Any, f: dataclasses.Field, hint: Any) -> Any:
     """Check one value against its field's type and range; return it in the field's type."""
+    declared = hint
     if _is_optional(hint):
         if value is None:
             return None
@@ -172,6 +183,7 @@ def _coerce(key: str, value: Any, f: dataclasses.Field, hint: Any) -> Any:
     elif hint is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif hint is float:
+        value = _yaml_float(value)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
     elif hint is str:
@@ -191,7 +203,7 @@ def _coerce(key: str, value: Any, f: dataclasses.Field, hint: Any) -> Any:
         if hi is not None and value > hi:
             ok = False
     if not ok:
-        raise ConfigError(f"config key {key} has the value {value!r}", f"{key} must be {allowed_values(f, hint)}")
+        raise ConfigError(f"config key {key} has the value {value!r}", f"{key} must be {allowed_values(f, declared)}")
     return value
 
 

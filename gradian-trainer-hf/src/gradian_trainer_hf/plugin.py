@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 
 import gradian
 from gradian.records import TrainerSpec
 
 
 def _available() -> str | None:
-    if importlib.util.find_spec("transformers") is None:
+    try:
+        importlib.metadata.version("transformers")  # metadata only: checking must not import it
+    except importlib.metadata.PackageNotFoundError:
         return "transformers is not installed"
     return None
 

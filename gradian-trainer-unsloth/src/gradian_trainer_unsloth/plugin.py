@@ -6,19 +6,21 @@ backend runs in a process of its own that imports unsloth first.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 
 import gradian
 from gradian.records import TrainerSpec
 
 
 def _available() -> str | None:
-    if importlib.util.find_spec("unsloth") is None:
-        return "unsloth is not installed (pip install 'gradian-trainer-unsloth[unsloth]', needs CUDA)"
-    import torch
+    import torch  # imported on use: listing plugins must stay light
 
     if not torch.cuda.is_available():
         return "unsloth needs a CUDA GPU and none is visible"
+    try:
+        importlib.metadata.version("unsloth")  # metadata only: never import unsloth here
+    except importlib.metadata.PackageNotFoundError:
+        return "unsloth is not installed (pip install 'gradian-trainer-unsloth[unsloth]')"
     return None
 
 
