@@ -1,0 +1,46 @@
+"""Which query signal a metric allows: `auto` resolved, `contrastive` with `loglik` refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradian.errors import EvaluationError
+from gradian.evaluation.metrics import get_metric
+
+QUERY_SIGNALS = ("classic", "contrastive", "auto")
+
+LOGLIK_AUTO_NOTE = (
+    "evaluation.query_signal is auto and evaluation.metric is loglik, which generates no text to contrast with, "
+    "so the classic query signal (gradient of the wanted answer's loss) was used. For a substitution failure the "
+    "classic signal is dominated by answer format and can invert the diagnosis; use a text metric "
+    "(exact_match, contains or token_f1) with query_signal auto or contrastive."
+)
+
+
+@dataclass(frozen=True)
+class QuerySignalChoice:
+    """The query signal asked for, the one that will be used, and a note for the report when they differ."""
+
+    requested: str
+    effective: str
+    note: str | None = None
+
+
+def validate_query_signal(metric: str, query_signal: str) -> QuerySignalChoice:
+    """Resolve `auto` for this metric and refuse `contrastive` with a metric that generates no text."""
+    text_metric = get_metric(metric).generates_text
+    if query_signal not in QUERY_SIGNALS:
+        raise EvaluationError(
+            f"unknown query signal {query_signal!r}",
+            "set evaluation.query_signal to one of " + ", ".join(QUERY_SIGNALS),
+        )
+    if query_signal == "contrastive" and not text_metric:
+        raise EvaluationError(
+            f"evaluation.query_signal contrastive needs generated text, and evaluation.metric {metric} generates none",
+            "use a text metric (exact_match, contains, token_f1) with contrastive, or query_signal auto or classic",
+        )
+    if query_signal == "auto":
+        if text_metric:
+            return QuerySignalChoice(requested="auto", effective="contrastive")
+        return QuerySignalChoice(requested="auto", effective="classic", note=LOGLIK_AUTO_NOTE)
+    return QuerySignalChoice(requested=query_signal, effective=query_signal)
