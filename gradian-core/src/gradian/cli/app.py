@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "gradian.cli.doctor_cmd",
     "gradian.cli.plugins_cmd",
     "gradian.cli.config_cmd",
+    "gradian.cli.train_cmd",
 )
 
 app = typer.Typer(
@@ -68,6 +69,6 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{error.format_message()} (hint: run `{command} --help`)", error.exit_code)
     except click_exceptions.ClickException as error:
         return _fail(error.format_message(), error.exit_code)
-    except (click_exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         return _fail("interrupted; finished work is kept and the next run resumes from it", 130)
     return result if isinstance(result, int) else 0

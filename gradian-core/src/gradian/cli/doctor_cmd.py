@@ -1,4 +1,29 @@
-"""`gradian doctor`: what to paste into an issue."""
+"""`gradian doctor`: versions, devices, determinism, backends and plugins, to paste into an issue."""
+
+from __future__ import annotations
+
+import json
+import sys
+
 import typer
+
+from gradian.cli.options import ConfigOption, JsonFlag, SetOption
+
+
+def doctor(config: ConfigOption = None, set_: SetOption = None, json_output: JsonFlag = False) -> None:
+    """Report the environment Gradian runs in; warns about problems, never fails."""
+    from gradian.cli.options import load_cli_config
+    from gradian.doctor import collect, render
+
+    report = collect(load_cli_config(config, set_))
+    if json_output:
+        typer.echo(json.dumps(report, indent=2, default=str))
+        return
+    color = sys.stdout.isatty()
+    width = typer.get_terminal_size()[0] if color else 100
+    typer.echo(render(report, color=color, width=max(width, 80)), nl=False)
+
+
 def register(app: typer.Typer) -> None:
-    pass
+    """Add the command to the app."""
+    app.command("doctor")(doctor)
