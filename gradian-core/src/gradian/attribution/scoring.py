@@ -1,0 +1,224 @@
+"""Streamed blame scoring: every training example against every regressed item, one index chunk at a time.
+
+blame[i, q] = -(P q_q) . g_i (g_i / |g_i| with ``normalize``), positive = training on i pushed the model toward
+failing item q. No items x examples matrix larger than ``score_budget`` floats (default: one chunk's worth,
+chunk_size x items) is ever held:
+
+- ``mean``: pass 1 folds each chunk's scores into exact per-item moments; pass 2 rescores each chunk,
+  z-scores it per item and averages over items. When the whole score matrix fits the budget (the index is one
+  chunk), pass 2 reuses it instead of reading the index again.
+- ``rank_vote``: an item's ranks need its whole score column, so items are ranked in groups of
+  budget // n_examples per pass, then one more pass collects the top-k examples' per-item blame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from gradian.attribution.aggregation import (
+    AGGREGATIONS,
+    RunningMoments,
+    TopK,
+    average_ranks,
+    borda_score,
+    mean_zscore,
+    ranks_of,
+)
+from gradian.attribution.preconditioners import Preconditioner
+from gradian.attribution.results import ExampleScores
+from gradian.errors import GradientIndexError
+
+
+@runtime_checkable
+class ChunkSource(Protocol):
+    """Rows of stored train gradients, in dataset order, readable in chunks (the gradient index is one)."""
+
+    @property
+    def ids(self) -> Sequence[str]: ...
+
+    def __len__(self) -> int: ...
+
+    def iter_chunks(self, chunk_size: int) -> Iterator[tuple[int, np.ndarray]]: ...
+
+
+class ArraySource:
+    """A ChunkSource over an in-memory (or memory-mapped) [n, dim] array."""
+
+    def __init__(self, rows: np.ndarray, ids: Sequence[str] | None = None) -> None:
+        self.rows = rows
+        self._ids = tuple(ids) if ids is not None else tuple(f"row-{i:06d}" for i in range(rows.shape[0]))
+        if len(self._ids) != rows.shape[0]:
+            raise ValueError("ArraySource needs one id per row")
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """One id per row."""
+        return self._ids
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def iter_chunks(self, chunk_size: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(row_offset, rows) for consecutive chunks of at most ``chunk_size`` rows."""
+        for start in range(0, self.rows.shape[0], chunk_size):
+            yield start, self.rows[start:start + chunk_size]
+
+
+def leading_rows(source: ChunkSource, count: int, chunk_size: int = 1024) -> np.ndarray:
+    """The first ``count`` rows of ``source`` as float32 (the target when there is no eval set)."""
+    taken: list[np.ndarray] = []
+    have = 0
+    for _, chunk in source.iter_chunks(min(chunk_size, max(count, 1))):
+        taken.append(np.asarray(chunk[: count - have], dtype=np.float32))
+        have += taken[-1].shape[0]
+        if have >= count:
+            break
+    if not taken:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate(taken, axis=0)
+
+
+def item_blame(chunk: np.ndarray, preconditioned_queries: np.ndarray, *, normalize: bool = False) -> np.ndarray:
+    """Blame [rows, Q] of a chunk of train gradients [rows, dim] against preconditioned queries [Q, dim]."""
+    work = np.float64 if chunk.dtype == np.float64 else np.float32
+    rows = np.asarray(chunk, dtype=work)
+    # float32 products keep the chunk uncopied; the statistics downstream are float64.
+    blame = -(rows @ np.asarray(preconditioned_queries, dtype=work).T).astype(np.float64)
+    if normalize:
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+        has_norm = norms > 0
+        blame = np.where(has_norm[:, None], blame / np.where(has_norm, norms, 1.0)[:, None], 0.0)
+    return blame
+
+
+def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: Preconditioner | None = None,
+                   item_ids: Sequence[str] | None = None, normalize: bool = False, aggregation: str = "mean",
+                   top_k: int = 20, chunk_size: int = 1024, score_budget: int | None = None) -> ExampleScores:
+    """Score every example of ``source`` against the query gradients [Q, dim] and aggregate over items.
+
+    ``queries`` are raw query gradients when ``preconditioner`` is given, else already preconditioned.
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(AGGREGATIONS)}")
+    if chunk_size < 1 or top_k < 1:
+        raise ValueError("chunk_size and top_k must be positive")
+    pq = np.atleast_2d(np.asarray(queries, dtype=np.float64))
+    if preconditioner is not None:
+        pq = preconditioner.apply(pq)
+    n_items = pq.shape[0]
+    if n_items == 0:
+        raise ValueError("score_examples needs at least one query vector")
+    item_ids = tuple(item_ids) if item_ids is not None else tuple(f"item-{q:04d}" for q in range(n_items))
+    if len(item_ids) != n_items:
+        raise ValueError("item_ids needs one id per query vector")
+    n = len(source)
+    if n == 0:
+        raise GradientIndexError("the gradient index has no rows", "build it from a non-empty training set")
+    budget = score_budget if score_budget is not None else chunk_size * n_items
+    scorer = _ChunkScorer(source, pq, normalize, chunk_size)
+    k = min(top_k, n)
+    if aggregation == "mean":
+        return _score_mean(scorer, item_ids, k, budget)
+    return _score_rank_vote(scorer, item_ids, k, budget)
+
+
+def score_with_config(source: ChunkSource, queries: np.ndarray, config: Any, *,
+                      preconditioner: Preconditioner | None = None,
+                      item_ids: Sequence[str] | None = None) -> ExampleScores:
+    """``score_examples`` with normalize, aggregation, top_k and chunk_size from an ``AttributionConfig``."""
+    return score_examples(source, queries, preconditioner=preconditioner, item_ids=item_ids,
+                          normalize=config.normalize, aggregation=config.aggregation, top_k=config.top_k,
+                          chunk_size=config.chunk_size)
+
+
+class _ChunkScorer:
+    """Reads the source chunk by chunk, checks layout and finiteness, yields (offset, blame [rows, Q])."""
+
+    def __init__(self, source: ChunkSource, pq: np.ndarray, normalize: bool, chunk_size: int) -> None:
+        self.source, self.pq, self.normalize, self.chunk_size = source, pq, normalize, chunk_size
+        self.n = len(source)
+        self.ids = tuple(source.ids)
+        self.passes = 0
+
+    def __iter__(self) -> Iterator[tuple[int, np.ndarray]]:
+        self.passes += 1
+        expected = 0
+        for offset, chunk in self.source.iter_chunks(self.chunk_size):
+            if offset != expected:
+                raise GradientIndexError(f"the index yielded rows from {offset}, expected {expected}",
+                                         "the index is inconsistent; rebuild it")
+            if chunk.ndim != 2 or chunk.shape[1] != self.pq.shape[1]:
+                raise GradientIndexError(
+                    f"index rows are {chunk.shape[-1]} wide and the query gradients {self.pq.shape[1]}",
+                    "query gradients must go through the same capture path and projection as the index",
+                )
+            blame = item_blame(chunk, self.pq, normalize=self.normalize)
+            if not np.all(np.isfinite(blame)):
+                bad = offset + int(np.flatnonzero(~np.all(np.isfinite(blame), axis=1))[0])
+                raise GradientIndexError(
+                    f"index row {bad} ({self.ids[bad]}) holds non-finite gradient values",
+                    "rebuild the index with grads.storage_dtype float32; NaN or inf usually means an fp16 overflow",
+                )
+            yield offset, blame
+            expected = offset + chunk.shape[0]
+        if expected != self.n:
+            raise GradientIndexError(f"the index yielded {expected} rows and lists {self.n} ids",
+                                     "the index is inconsistent; rebuild it")
+
+
+def _score_mean(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int) -> ExampleScores:
+    n_items = len(item_ids)
+    moments = RunningMoments(n_items)
+    held: list[tuple[int, np.ndarray]] | None = []
+    held_size = 0
+    for offset, blame in scorer:
+        moments.update(blame)
+        held_size += blame.size
+        if held is not None and held_size <= budget:
+            held.append((offset, blame))
+        else:
+            held = None
+    mean, std = moments.mean, moments.std
+    aggregated = np.empty(scorer.n, dtype=np.float64)
+    top = TopK(k, n_items)
+    for offset, blame in (held if held is not None else scorer):
+        chunk_scores = mean_zscore(blame, mean, std)
+        aggregated[offset:offset + blame.shape[0]] = chunk_scores
+        top.update(chunk_scores, np.arange(offset, offset + blame.shape[0]), blame)
+    return ExampleScores(ids=scorer.ids, blame=aggregated, ranks=ranks_of(aggregated), item_ids=item_ids,
+                         item_mean=mean, item_std=std, top_positions=top.positions, top_item_blame=top.payload,
+                         aggregation="mean", normalize=scorer.normalize, passes=scorer.passes)
+
+
+def _score_rank_vote(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int) -> ExampleScores:
+    n, n_items = scorer.n, len(item_ids)
+    group = max(1, min(n_items, budget // n))
+    moments = RunningMoments(n_items)
+    rank_sum = np.zeros(n, dtype=np.float64)
+    columns = np.empty((n, group), dtype=np.float64)
+    for first in range(0, n_items, group):
+        wanted = slice(first, min(first + group, n_items))
+        width = wanted.stop - wanted.start
+        for offset, blame in scorer:
+            if first == 0:
+                moments.update(blame)
+            columns[offset:offset + blame.shape[0], :width] = blame[:, wanted]
+        for column in range(width):
+            rank_sum += average_ranks(columns[:, column])
+    aggregated = borda_score(rank_sum / n_items, n)
+    ranks = ranks_of(aggregated)
+    top_positions = np.argsort(ranks, kind="stable")[:k]
+    if group >= n_items:
+        payload = columns[top_positions]
+    else:  # one more read: only now is it known which rows are the top-k
+        payload = np.empty((k, n_items), dtype=np.float64)
+        for offset, blame in scorer:
+            inside = (top_positions >= offset) & (top_positions < offset + blame.shape[0])
+            payload[inside] = blame[top_positions[inside] - offset]
+    return ExampleScores(ids=scorer.ids, blame=aggregated, ranks=ranks, item_ids=item_ids,
+                         item_mean=moments.mean, item_std=moments.std, top_positions=top_positions,
+                         top_item_blame=payload, aggregation="rank_vote", normalize=scorer.normalize,
+                         passes=scorer.passes)

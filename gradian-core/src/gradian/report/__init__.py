@@ -1,0 +1,47 @@
+"""Reports: report.json (versioned schema), report.md rendered from it, and optional PNG plots.
+
+Build a report dict with ``attribution_report`` / ``no_capability_target_report`` / ``refusal_report``, then
+``write_report(report, out_dir, scores=..., clusters=...)``. matplotlib is imported only when plots are drawn.
+"""
+
+from __future__ import annotations
+
+from gradian.report.json_report import (
+    NO_CAPABILITY_TARGET_CODE,
+    NO_CAPABILITY_TARGET_TEXT,
+    SCHEMA,
+    Provenance,
+    ReportWarning,
+    attribution_report,
+    capability_summary,
+    command_line,
+    excerpt,
+    library_versions,
+    method_summary,
+    no_capability_target_report,
+    refusal_report,
+    render_json,
+)
+from gradian.report.markdown import render_markdown
+from gradian.report.writer import ReportFiles, write_atomic, write_report
+
+__all__ = [
+    "NO_CAPABILITY_TARGET_CODE",
+    "NO_CAPABILITY_TARGET_TEXT",
+    "SCHEMA",
+    "Provenance",
+    "ReportFiles",
+    "ReportWarning",
+    "attribution_report",
+    "capability_summary",
+    "command_line",
+    "excerpt",
+    "library_versions",
+    "method_summary",
+    "no_capability_target_report",
+    "refusal_report",
+    "render_json",
+    "render_markdown",
+    "write_atomic",
+    "write_report",
+]

@@ -1,0 +1,356 @@
+"""report.json: the versioned report dict every other rendering (report.md, plots) is made from.
+
+Three kinds share one schema (``gradian.report/1``) and the same top-level keys:
+``attributed`` (a significant regression explained), ``not_significant`` / ``improved`` (refused: no regression
+to explain, no attribution), and ``no_capability_target`` (no eval set: attributed against the first training
+examples, which runs but is not a diagnosis). The only field that differs between two runs on the same inputs
+is the top-level ``generated_at``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from gradian.attribution.preconditioners import Preconditioner
+from gradian.attribution.results import ClusterResult, ExampleScores, SpanDrill
+
+SCHEMA = "gradian.report/1"
+EXCERPT_CHARS = 240
+VERSIONED_DISTRIBUTIONS = ("gradian-core", "torch", "transformers", "peft", "numpy")
+
+NO_CAPABILITY_TARGET_CODE = "attribution.no_capability_target"
+NO_CAPABILITY_TARGET_TEXT = (
+    "You ran without --eval-dataset, so Gradian fell back to attributing against the first few training "
+    "examples. It runs, but it is not a diagnosis. Give it an eval set describing the capability, with the "
+    "answers you wanted."
+)
+NORMALIZE_WARNING = (
+    "attribution.normalize is on: train gradients were unit-normalized (cosine scoring). That removes gradient "
+    "size, kills self-influence and ranked planted clusters worst in our measurements (METHODS.md); compare "
+    "with normalize off before acting."
+)
+NOT_SIGNIFICANT_WARNING = (
+    "The capability delta is not significant (its confidence interval includes zero) and "
+    "evaluation.require_significant is off, so this attribution may be explaining noise."
+)
+
+
+@dataclass(frozen=True)
+class ReportWarning:
+    """Something the reader must know before trusting the report: a stable code and one sentence."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What makes every number reproducible: the exact command, the index manifest, versions and config."""
+
+    command: str
+    manifest: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    index_id: str | None = None
+    versions: Mapping[str, str] | None = None  # None: read from the installed distributions
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    generated_at: str | None = None  # None: now, in UTC; the one field allowed to differ between runs
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The exact command line, shell-quoted, as the Provenance section prints it."""
+    args = list(sys.argv if argv is None else argv)
+    if args and argv is None:
+        args[0] = args[0].rsplit("/", 1)[-1]
+    return shlex.join(args)
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the distributions whose behaviour changes the numbers."""
+    from importlib import metadata
+
+    versions = {}
+    for name in VERSIONED_DISTRIBUTIONS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def attribution_report(*, scores: ExampleScores, capability: Any, preconditioner: Preconditioner,
+                       texts: Mapping[str, str], provenance: Provenance, clusters: ClusterResult | None = None,
+                       spans: Sequence[SpanDrill] = (), warnings: Sequence[ReportWarning] = (),
+                       query_signal: Any = None, top_k: int | None = None) -> dict[str, Any]:
+    """The report of an attributed regression: ``capability`` is the evaluation's CapabilityResult."""
+    signal = _query_signal_dict(query_signal if query_signal is not None else capability.query_signal)
+    notes = list(warnings)
+    if signal.get("note"):
+        notes.insert(0, ReportWarning("evaluation.query_signal_fallback", signal["note"]))
+    if not capability.significant:
+        notes.insert(0, ReportWarning("evaluation.not_significant", NOT_SIGNIFICANT_WARNING))
+    capability_dict = capability_summary(capability)
+    top = _top_examples(scores, texts, clusters, top_k)
+    accused = clusters.accused if clusters is not None else None
+    headline = (f"Attributed: cluster `{accused.name}` is blamed." if accused is not None
+                else "Attributed: no cluster stands out; read the top examples.")
+    verdict = {"kind": "attributed", "headline": headline,
+               "summary": _attributed_summary(capability_dict, top, clusters), **_accusation(top, clusters)}
+    return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
+                     method=method_summary(scores, preconditioner, clusters), top_examples=top,
+                     clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
+                     warnings=_with_normalize_warning(notes, scores), provenance=provenance)
+
+
+def no_capability_target_report(*, scores: ExampleScores, preconditioner: Preconditioner, texts: Mapping[str, str],
+                                provenance: Provenance, clusters: ClusterResult | None = None,
+                                spans: Sequence[SpanDrill] = (), warnings: Sequence[ReportWarning] = (),
+                                top_k: int | None = None) -> dict[str, Any]:
+    """The report of a run without an eval set: attributed against the first training examples, flagged."""
+    targets = list(scores.item_ids)
+    signal = {"requested": None, "effective": "classic",
+              "note": f"no eval set: the query is the loss gradient of the first {len(targets)} training examples"}
+    top = _top_examples(scores, texts, clusters, top_k)
+    leading = ", ".join(f"`{row['id']}`" for row in top[:3])
+    summary = f"{NO_CAPABILITY_TARGET_TEXT} Against that stand-in target the most blamed examples are {leading}."
+    verdict = {"kind": "no_capability_target",
+               "headline": f"Not a diagnosis: no eval set ({NO_CAPABILITY_TARGET_CODE}).",
+               "summary": summary, **_accusation(top, clusters)}
+    notes = [ReportWarning(NO_CAPABILITY_TARGET_CODE, NO_CAPABILITY_TARGET_TEXT), *warnings]
+    return _assemble(verdict=verdict, capability=None, query_signal=signal,
+                     method=method_summary(scores, preconditioner, clusters), top_examples=top,
+                     clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
+                     warnings=_with_normalize_warning(notes, scores), provenance=provenance)
+
+
+def refusal_report(*, capability: Any, provenance: Provenance, warnings: Sequence[ReportWarning] = ()) -> dict[str, Any]:
+    """The report that refuses to attribute: no significant regression, the numbers and the spec's advice."""
+    from gradian.evaluation.capability import refusal_message
+
+    improved = bool(capability.significant and capability.delta > 0)
+    headline = ("Not attributed: the fine-tuned model is significantly better, not worse." if improved
+                else "Not attributed: the capability delta is not significant.")
+    verdict = {"kind": "improved" if improved else "not_significant", "headline": headline,
+               "summary": refusal_message(capability), "accused_cluster": None, "top_examples": []}
+    return _assemble(verdict=verdict, capability=capability_summary(capability),
+                     query_signal=_query_signal_dict(capability.query_signal), method=None, top_examples=[],
+                     clusters=None, spans=[], warnings=list(warnings), provenance=provenance)
+
+
+def render_json(report: Mapping[str, Any]) -> str:
+    """report.json text: fixed key order, two-space indent, UTF-8, trailing newline; NaN is refused."""
+    return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def capability_summary(capability: Any) -> dict[str, Any]:
+    """The capability measurement as plain JSON (from a CapabilityResult or an object with its fields)."""
+    items = [{
+        "id": item.id, "prompt": getattr(item, "prompt", None), "wanted": getattr(item, "wanted", None),
+        "base_output": getattr(item, "base_output", None), "finetuned_output": getattr(item, "finetuned_output", None),
+        "base_score": _num(item.base_score), "finetuned_score": _num(item.finetuned_score),
+        "regressed": bool(item.base_score > item.finetuned_score),
+    } for item in capability.items]
+    return {
+        "metric": capability.metric, "n_items": int(capability.n_items),
+        "n_regressed": sum(1 for item in items if item["regressed"]),
+        "base_mean": _num(capability.base_mean), "finetuned_mean": _num(capability.finetuned_mean),
+        "delta": _num(capability.delta), "ci_low": _num(capability.ci_low), "ci_high": _num(capability.ci_high),
+        "confidence": _num(capability.confidence), "bootstrap_samples": int(capability.bootstrap_samples),
+        "seed": int(capability.seed), "significant": bool(capability.significant), "items": items,
+    }
+
+
+def method_summary(scores: ExampleScores, preconditioner: Preconditioner,
+                   clusters: ClusterResult | None = None) -> dict[str, Any]:
+    """How blame was computed: preconditioner and its knobs, normalization, aggregation, the query items."""
+    method: dict[str, Any] = {
+        "blame": "-(P q) . g_i; positive = training on the example pushed the model toward the failure",
+        "preconditioner": preconditioner.kind,
+        "preconditioner_knobs": _jsonable(dict(preconditioner.knobs)),
+        "normalize": bool(scores.normalize),
+        "aggregation": scores.aggregation,
+        "n_examples": len(scores),
+        "query_items": list(scores.item_ids),
+        "index_passes": int(scores.passes),
+    }
+    if clusters is not None:
+        method["clusters"] = {"method": clusters.assignment.method, "field": clusters.assignment.field,
+                              "knobs": _jsonable(dict(clusters.assignment.knobs)),
+                              "permutations": clusters.permutations, "seed": clusters.seed, "alpha": clusters.alpha}
+    return method
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The text with whitespace collapsed, cut at ``limit`` characters with an ellipsis."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def _assemble(*, verdict: dict, capability: dict | None, query_signal: dict, method: dict | None,
+              top_examples: list, clusters: dict | None, spans: list, warnings: Sequence[ReportWarning],
+              provenance: Provenance) -> dict[str, Any]:
+    versions = provenance.versions if provenance.versions is not None else library_versions()
+    return {
+        "schema": SCHEMA,
+        "verdict": verdict,
+        "capability": capability,
+        "query_signal": query_signal,
+        "method": method,
+        "top_examples": top_examples,
+        "clusters": clusters,
+        "spans": spans,
+        "warnings": [{"code": w.code, "message": w.message} for w in warnings],
+        "plots": {"files": [], "note": "plots not written (write_report writes them)"},
+        "provenance": {
+            "command": provenance.command,
+            "index_id": provenance.index_id,
+            "versions": dict(sorted(versions.items())),
+            "config": _jsonable(provenance.config),
+            "manifest": _jsonable(provenance.manifest),
+        },
+        # The one field that differs between two runs on the same inputs.
+        "generated_at": provenance.generated_at or datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _top_examples(scores: ExampleScores, texts: Mapping[str, str], clusters: ClusterResult | None,
+                  top_k: int | None) -> list[dict[str, Any]]:
+    count = scores.top_k if top_k is None else min(top_k, scores.top_k)
+    rows = []
+    for j in range(count):
+        position = int(scores.top_positions[j])
+        example_id = scores.ids[position]
+        rows.append({
+            "rank": int(scores.ranks[position]),
+            "id": example_id,
+            "position": position,
+            "blame": _num(scores.blame[position]),
+            "cluster": clusters.assignment.name_of(position) if clusters is not None else None,
+            "excerpt": excerpt(texts.get(example_id, "")),
+            "item_blame": [_num(v) for v in scores.top_item_blame[j]],
+        })
+    return rows
+
+
+def _accusation(top: list[dict], clusters: ClusterResult | None) -> dict[str, Any]:
+    accused = clusters.accused if clusters is not None else None
+    return {"accused_cluster": accused.name if accused is not None else None,
+            "top_examples": [row["id"] for row in top[:3]]}
+
+
+def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResult | None) -> str:
+    level = f"{capability['confidence']:.0%}"
+    what = (f"{capability['metric']} fell from {capability['base_mean']:.4g} (base) to "
+            f"{capability['finetuned_mean']:.4g} (fine-tuned): delta {capability['delta']:+.4g}, {level} CI "
+            f"[{capability['ci_low']:+.4g}, {capability['ci_high']:+.4g}], over {capability['n_items']} eval items "
+            f"({capability['n_regressed']} regressed).")
+    if capability["delta"] >= 0:
+        what = (f"{capability['metric']} went from {capability['base_mean']:.4g} (base) to "
+                f"{capability['finetuned_mean']:.4g} (fine-tuned): delta {capability['delta']:+.4g}, {level} CI "
+                f"[{capability['ci_low']:+.4g}, {capability['ci_high']:+.4g}]; {capability['n_regressed']} of "
+                f"{capability['n_items']} items regressed.")
+    return f"{what} {_cluster_sentence(clusters)} {_examples_sentence(top)}".strip()
+
+
+def _cluster_sentence(clusters: ClusterResult | None) -> str:
+    if clusters is None or not clusters.scores:
+        return ""
+    accused = clusters.accused
+    if accused is not None:
+        return (f"Blamed cluster: `{accused.name}` ({accused.size} examples, mean blame {accused.blame:.4g}, "
+                f"z {accused.z:.3g}, permutation p = {accused.p_value:.3g}, family-wise p = {accused.p_adjusted:.3g} "
+                f"over {len(clusters.scores)} clusters).")
+    top = clusters.scores[0]
+    return (f"No cluster stands out: the strongest, `{top.name}` ({top.size} examples, z {top.z:.3g}), has "
+            f"family-wise p = {top.p_adjusted:.3g} over {len(clusters.scores)} clusters, not below {clusters.alpha:g}.")
+
+
+def _examples_sentence(top: list[dict]) -> str:
+    if not top:
+        return ""
+    listed = ", ".join(f"`{row['id']}` ({row['blame']:.3g})" for row in top[:3])
+    return f"Most blamed examples: {listed}."
+
+
+def _clusters_dict(clusters: ClusterResult | None) -> dict[str, Any] | None:
+    if clusters is None:
+        return None
+    accused = clusters.accused
+    return {
+        "membership": clusters.assignment.describe(),
+        "permutations": clusters.permutations,
+        "seed": clusters.seed,
+        "alpha": clusters.alpha,
+        "accused": accused.name if accused is not None else None,
+        "count": len(clusters.scores),
+        "ranked": [{"rank": s.rank, "name": s.name, "size": s.size, "blame": _num(s.blame), "z": _num(s.z),
+                    "p_value": _num(s.p_value), "p_adjusted": _num(s.p_adjusted),
+                    "accused": accused is not None and s.name == accused.name}
+                   for s in clusters.scores],
+    }
+
+
+def _span_dict(drill: Any) -> dict[str, Any]:
+    spans = list(drill.spans)
+    best = max(range(len(spans)), key=lambda i: spans[i].blame) if spans else None
+    return {
+        "example_id": drill.example_id, "position": int(drill.position), "query_item": drill.query_item,
+        "top_span": best,
+        "spans": [_one_span(span) for span in spans],
+    }
+
+
+def _one_span(span: Any) -> dict[str, Any]:
+    """A span as JSON; char ranges are within its message (``message_index``; -1 for a plain text row)."""
+    start = getattr(span, "char_start", None)
+    end = getattr(span, "char_end", None)
+    return {"text": span.text, "message_index": int(getattr(span, "message_index", -1)),
+            "start": int(span.start if start is None else start), "end": int(span.end if end is None else end),
+            "blame": _num(span.blame)}
+
+
+def _query_signal_dict(choice: Any) -> dict[str, Any]:
+    if choice is None:
+        return {"requested": None, "effective": None, "note": None}
+    if isinstance(choice, Mapping):
+        return {"requested": choice.get("requested"), "effective": choice.get("effective"), "note": choice.get("note")}
+    return {"requested": choice.requested, "effective": choice.effective, "note": getattr(choice, "note", None)}
+
+
+def _with_normalize_warning(notes: list[ReportWarning], scores: ExampleScores) -> list[ReportWarning]:
+    if scores.normalize:
+        notes = [*notes, ReportWarning("attribution.normalize", NORMALIZE_WARNING)]
+    return notes
+
+
+def _num(value: Any) -> float | None:
+    """A JSON number: NaN and inf become null (they must never reach a report, but never crash it either)."""
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types from mappings, sequences, numpy scalars and arrays, paths."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return _num(value)
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)

@@ -1,0 +1,171 @@
+"""Streamed scoring: equal to dense scoring for any chunk size, exact top-k, the sign, z-score and rank-vote math."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradian.attribution import (
+    ArraySource,
+    ExampleScores,
+    average_ranks,
+    diagonal_preconditioner,
+    leading_rows,
+    score_examples,
+    score_with_config,
+)
+from gradian.config import AttributionConfig
+from gradian.errors import GradientIndexError
+
+
+def _data(n: int = 57, dim: int = 16, items: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, dim)), rng.normal(size=(items, dim))
+
+
+def _dense(train: np.ndarray, pq: np.ndarray, *, normalize: bool, aggregation: str) -> tuple[np.ndarray, np.ndarray]:
+    """The whole items x examples matrix at once: the reference the streamed path must reproduce."""
+    rows = train / np.linalg.norm(train, axis=1, keepdims=True) if normalize else train
+    blame = -(rows @ pq.T)
+    if aggregation == "mean":
+        return ((blame - blame.mean(axis=0)) / blame.std(axis=0)).mean(axis=1), blame
+    ranks = np.column_stack([average_ranks(blame[:, q]) for q in range(pq.shape[0])])
+    return 1.0 - (ranks.mean(axis=1) - 1.0) / (train.shape[0] - 1), blame
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "rank_vote"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_chunked_scoring_equals_dense_for_every_chunk_size(aggregation, normalize):
+    train, queries = _data()
+    expected, blame = _dense(train, queries, normalize=normalize, aggregation=aggregation)
+    order = np.lexsort((np.arange(train.shape[0]), -expected))
+    for chunk_size in (1, 5, 16, 57, 1000):
+        scores = score_examples(ArraySource(train), queries, normalize=normalize, aggregation=aggregation,
+                                top_k=10, chunk_size=chunk_size)
+        np.testing.assert_allclose(scores.blame, expected, rtol=1e-9, atol=1e-12)
+        np.testing.assert_array_equal(scores.top_positions, order[:10])  # exact top-k, not approximate
+        np.testing.assert_allclose(scores.top_item_blame, blame[order[:10]], rtol=1e-9, atol=1e-12)
+        assert scores.ranks[order[0]] == 1 and sorted(scores.ranks) == list(range(1, train.shape[0] + 1))
+
+
+def test_float32_index_scores_match_float64_closely():
+    train, queries = _data(n=200, dim=64)
+    exact = score_examples(ArraySource(train), queries, chunk_size=32)
+    single = score_examples(ArraySource(train.astype(np.float32)), queries.astype(np.float32), chunk_size=32)
+    np.testing.assert_allclose(single.blame, exact.blame, atol=1e-4)
+
+
+def test_passes_stay_within_the_score_budget():
+    train, queries = _data(n=40)
+    one_chunk = score_examples(ArraySource(train), queries, chunk_size=64)
+    assert one_chunk.passes == 1  # everything fit one chunk's budget: no second read
+    streamed = score_examples(ArraySource(train), queries, chunk_size=8)
+    assert streamed.passes == 2
+    np.testing.assert_allclose(streamed.blame, one_chunk.blame, rtol=1e-10)
+    # rank_vote ranks whole columns: a budget of 80 floats holds 2 of 4 items' columns per pass, + 1 for top-k
+    grouped = score_examples(ArraySource(train), queries, aggregation="rank_vote", chunk_size=8, score_budget=80)
+    whole = score_examples(ArraySource(train), queries, aggregation="rank_vote", chunk_size=8, score_budget=10**6)
+    assert (grouped.passes, whole.passes) == (3, 1)
+    np.testing.assert_allclose(grouped.blame, whole.blame)
+    np.testing.assert_allclose(grouped.top_item_blame, whole.top_item_blame)
+
+
+def test_positive_blame_means_the_example_pushed_toward_the_failure():
+    q = np.array([[1.0, 0.0, 0.0]])
+    train = np.array([[1.0, 0.0, 0.0],    # a step on it lowers the failing item's loss: helpful
+                      [-1.0, 0.0, 0.0],   # a step on it raises that loss: harmful
+                      [0.0, 1.0, 0.0]])   # unrelated
+    scores = score_examples(ArraySource(train), q, aggregation="mean")
+    assert scores.top_ids()[0] == "row-000001"
+    assert scores.top_item_blame[0, 0] == 1.0  # raw blame -(q . g) = -(1 x -1)
+    assert scores.blame[1] > scores.blame[2] > scores.blame[0]
+
+
+def test_mean_aggregation_on_a_hand_made_example():
+    train = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -2.0]])
+    queries = np.array([[-1.0, 0.0], [0.0, -2.0]])
+    # raw blame -(q . g): item a -> [1, 0, -1] (mean 0, std sqrt(2/3)); item b -> [0, 2, -4] (mean -2/3,
+    # population std sqrt(56)/3); z-scores: a -> [1.2247, 0, -1.2247], b -> [0.2673, 1.0690, -1.3363]
+    scores = score_examples(ArraySource(train), queries, item_ids=("a", "b"))
+    np.testing.assert_allclose(scores.blame, [(1.2247449 + 0.2672612) / 2, (0 + 1.0690450) / 2,
+                                              (-1.2247449 - 1.3363062) / 2], rtol=1e-6)
+    np.testing.assert_allclose(scores.item_mean, [0.0, -2 / 3], atol=1e-15)
+    np.testing.assert_allclose(scores.item_std, [np.sqrt(2 / 3), np.sqrt(56) / 3])
+    assert scores.item_ids == ("a", "b")
+    assert list(scores.ranks) == [1, 2, 3]
+    np.testing.assert_allclose(scores.top_item_blame, [[1.0, 0.0], [0.0, 2.0], [-1.0, -4.0]])
+
+
+def test_rank_vote_on_a_hand_made_example():
+    train = np.array([[3.0], [2.0], [1.0], [2.0]])
+    queries = np.array([[-1.0], [1.0]])
+    # item 0 blame [3, 2, 1, 2] -> ranks [1, 2.5, 4, 2.5]; item 1 blame [-3, -2, -1, -2] -> ranks [4, 2.5, 1, 2.5]
+    scores = score_examples(ArraySource(train), queries, aggregation="rank_vote")
+    mean_rank = np.array([2.5, 2.5, 2.5, 2.5])
+    np.testing.assert_allclose(scores.blame, 1.0 - (mean_rank - 1.0) / 3)
+    assert list(scores.top_positions[:4]) == [0, 1, 2, 3]  # all tied: position order
+
+
+def test_zero_rows_and_zero_queries_never_give_nan():
+    train, queries = _data(n=12, dim=6)
+    train[[0, 5]] = 0.0
+    for normalize in (True, False):
+        scores = score_examples(ArraySource(train), queries, normalize=normalize, chunk_size=4)
+        assert np.all(np.isfinite(scores.blame)) and np.all(np.isfinite(scores.top_item_blame))
+    cos = score_examples(ArraySource(train), queries, normalize=True, aggregation="rank_vote", top_k=12)
+    zero_rows = np.isin(cos.top_positions, [0, 5])
+    np.testing.assert_array_equal(cos.top_item_blame[zero_rows], 0.0)
+    zero_query = score_examples(ArraySource(train), np.zeros((2, 6)))
+    np.testing.assert_array_equal(zero_query.blame, 0.0)
+
+
+def test_normalized_zero_rows_score_zero_raw_blame():
+    train = np.array([[0.0, 0.0], [3.0, 4.0]])
+    scores = score_examples(ArraySource(train), np.array([[-1.0, 0.0]]), normalize=True, top_k=2)
+    detail = dict(zip(scores.top_positions.tolist(), scores.top_item_blame[:, 0].tolist(), strict=True))
+    assert detail == {0: 0.0, 1: pytest.approx(0.6)}
+
+
+def test_preconditioner_is_applied_to_the_query_side():
+    train, queries = _data(n=30, dim=8)
+    pre = diagonal_preconditioner((train**2).mean(axis=0))
+    with_pre = score_examples(ArraySource(train), queries, preconditioner=pre)
+    pre_applied = score_examples(ArraySource(train), pre.apply(queries))
+    np.testing.assert_allclose(with_pre.blame, pre_applied.blame)
+    assert not np.allclose(with_pre.blame, score_examples(ArraySource(train), queries).blame)
+
+
+def test_bad_index_rows_are_clear_errors():
+    train, queries = _data(n=10, dim=4)
+    train[7, 2] = np.nan
+    with pytest.raises(GradientIndexError) as error:
+        score_examples(ArraySource(train, ids=[f"ex-{i}" for i in range(10)]), queries, chunk_size=3)
+    assert "ex-7" in error.value.message
+    with pytest.raises(GradientIndexError) as width:
+        score_examples(ArraySource(np.ones((3, 5))), queries)
+    assert "projection" in width.value.hint
+
+
+def test_results_are_frozen():
+    train, queries = _data(n=10, dim=4)
+    scores = score_examples(ArraySource(train), queries)
+    assert isinstance(scores, ExampleScores)
+    with pytest.raises(ValueError):
+        scores.blame[0] = 1.0
+    with pytest.raises(AttributeError):
+        scores.aggregation = "rank_vote"  # type: ignore[misc]
+
+
+def test_leading_rows_reads_only_what_it_needs():
+    train, _ = _data(n=30, dim=4)
+    np.testing.assert_allclose(leading_rows(ArraySource(train), 7, chunk_size=3), train[:7].astype(np.float32))
+    assert leading_rows(ArraySource(train), 100).shape == (30, 4)
+
+
+def test_score_with_config_reads_the_attribution_section():
+    train, queries = _data(n=30)
+    config = AttributionConfig(aggregation="rank_vote", normalize=True, top_k=4, chunk_size=7)
+    scores = score_with_config(ArraySource(train), queries, config)
+    direct = score_examples(ArraySource(train), queries, aggregation="rank_vote", normalize=True, top_k=4, chunk_size=7)
+    assert (scores.aggregation, scores.normalize, scores.top_k) == ("rank_vote", True, 4)
+    np.testing.assert_array_equal(scores.blame, direct.blame)

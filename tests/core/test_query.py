@@ -1,0 +1,84 @@
+"""Query gradients and span drill-down on a tiny model: signs, normalization, span additivity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gradian.data import Message, encode, make_example
+from gradian.grads import GradientCapture, collate, restrict_labels
+from gradian.model.loaded import LoadedModel
+from gradian.query import query_gradients, sentence_spans, span_blames
+from tests.support.tiny import tiny_llama, tiny_lora, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tokenizer = tiny_tokenizer("chatml")
+    model = tiny_lora(tiny_llama(tokenizer, seed=3), r=4, targets=("q_proj", "v_proj", "down_proj"), seed=4)
+    loaded = LoadedModel(model, tokenizer)
+    return tokenizer, loaded, GradientCapture(loaded, loss_reduction="sum")
+
+
+class Item:
+    def __init__(self, id, wanted, base_output, finetuned_output, base_score, finetuned_score):
+        self.id, self.wanted, self.base_output, self.finetuned_output = id, wanted, base_output, finetuned_output
+        self.base_score, self.finetuned_score = base_score, finetuned_score
+
+
+PROMPT = (Message("user", "What is the capital of France?"),)
+
+
+def test_sentence_spans():
+    text = "Paris is the capital. It is big!  Rome is in Spain.\nDone"
+    assert [text[a:b] for a, b in sentence_spans(text)] == [
+        "Paris is the capital.", "It is big!", "Rome is in Spain.", "Done"]
+    assert sentence_spans("   ") == []
+
+
+def test_classic_is_the_wanted_answer_gradient(setup):
+    tokenizer, loaded, capture = setup
+    item = Item("q1", "Paris", "The capital of France is Paris.", "The capital of France is Rome.", 1.0, 0.0)
+    query = query_gradients(capture, tokenizer, [item], {"q1": PROMPT}, "classic", max_seq_length=64)
+    from gradian.data import encode_answer
+
+    direct = capture.capture(collate([encode_answer(PROMPT, "Paris", tokenizer, 64)], tokenizer.pad_token_id))
+    np.testing.assert_allclose(query.vectors[0], direct[0].detach().numpy(), rtol=1e-6)
+    assert query.terms[0].wanted_source == "eval answer" and query.terms[0].generated_text is None
+
+
+def test_contrastive_uses_unit_terms_and_the_base_generation_when_it_was_right(setup):
+    tokenizer, loaded, capture = setup
+    right = Item("q1", "Paris", "The capital of France is Paris.", "The capital of France is Rome.", 1.0, 0.0)
+    query = query_gradients(capture, tokenizer, [right], {"q1": PROMPT}, "contrastive", max_seq_length=64)
+    assert query.terms[0].wanted_source == "base generation"
+    from gradian.data import encode_answer
+
+    def grad(text):
+        return capture.capture(collate([encode_answer(PROMPT, text, tokenizer, 64)], tokenizer.pad_token_id))[0].detach().numpy()
+
+    wanted, generated = grad(right.base_output), grad(right.finetuned_output)
+    expected = wanted / np.linalg.norm(wanted) - generated / np.linalg.norm(generated)
+    np.testing.assert_allclose(query.vectors[0], expected, rtol=1e-5, atol=1e-7)
+    wrong_base = Item("q2", "Paris", "I do not know.", "Rome.", 0.0, 0.0)
+    query = query_gradients(capture, tokenizer, [wrong_base], {"q2": PROMPT}, "contrastive", max_seq_length=64)
+    assert query.terms[0].wanted_source == "eval answer"
+
+
+def test_span_blames_add_up_to_the_example_blame(setup):
+    tokenizer, loaded, capture = setup
+    answer = "Paris is the capital of France. Rome is the capital of Italy. Madrid is in Spain."
+    example = make_example(0, messages=(PROMPT[0], Message("assistant", answer)))
+    query = np.random.default_rng(0).standard_normal(capture.dim)
+    spans = span_blames(capture, tokenizer, example, query, max_seq_length=128)
+    assert [s.text for s in spans] == ["Paris is the capital of France.", "Rome is the capital of Italy.",
+                                       "Madrid is in Spain."]
+    encoded = encode(example, tokenizer, 128)
+    batch = collate([encoded], tokenizer.pad_token_id)
+    covered = torch.zeros_like(batch.labels, dtype=torch.bool)
+    for span in spans:
+        covered[0, span.token_start:span.token_end] = True
+    whole = -(capture.capture(batch)[0].detach().double().numpy() @ query)
+    rest = -(capture.capture(batch.with_labels(restrict_labels(batch.labels, ~covered)))[0].detach().double().numpy() @ query)
+    assert sum(s.blame for s in spans) + rest == pytest.approx(whole, rel=1e-4)

@@ -1,0 +1,223 @@
+"""Reports: verdict first, provenance present, byte-identical across runs, refusal and no-capability-target kinds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gradian.attribution import (
+    ArraySource,
+    SpanDrill,
+    cluster_blame,
+    clusters_from_field,
+    diagonal_preconditioner,
+    score_examples,
+)
+from gradian.config import EvaluationConfig, GradianConfig
+from gradian.data.examples import Message, make_example
+from gradian.evaluation import capability_from_scores
+from gradian.query.spans import SpanBlame
+from gradian.report import (
+    NO_CAPABILITY_TARGET_TEXT,
+    SCHEMA,
+    Provenance,
+    ReportWarning,
+    attribution_report,
+    no_capability_target_report,
+    refusal_report,
+    render_json,
+    render_markdown,
+    write_report,
+)
+from gradian.report import plots as report_plots
+
+STAMP = "2025-01-01T00:00:00+00:00"
+COMMAND = "gradian attribute --base-model tiny --adapter out/adapter --dataset train.jsonl --eval-dataset eval.jsonl"
+MANIFEST = {"index_id": "idx-1234", "dataset_sha256": "ab" * 8, "grads": {"projection_dim": None}}
+
+
+def _eval_items(n: int):
+    return [make_example(i, messages=[Message("user", f"Capital of country {i}?"), Message("assistant", f"City {i}")])
+            for i in range(n)]
+
+
+def _capability(base, tuned):
+    items = _eval_items(len(base))
+    return capability_from_scores(
+        "exact_match", items, base, tuned, EvaluationConfig(bootstrap_samples=1000),
+        base_outputs=[f"City {i}" for i in range(len(base))],
+        finetuned_outputs=[f"City {i}" if t else f"Wrong | <city> {i}" for i, t in enumerate(tuned)])
+
+
+def _provenance(stamp: str = STAMP) -> Provenance:
+    return Provenance(command=COMMAND, manifest=MANIFEST, index_id="idx-1234",
+                      versions={"gradian-core": "0.1.0", "numpy": "2.x"},
+                      config=GradianConfig().to_dict(), generated_at=stamp)
+
+
+def _attributed(stamp: str = STAMP, normalize: bool = False):
+    rng = np.random.default_rng(0)
+    n, dim = 80, 12
+    failure = rng.normal(size=dim)
+    train = rng.normal(size=(n, dim))
+    planted = np.arange(10, 18)
+    train[planted] = -3 * failure + 0.3 * rng.normal(size=(8, dim))
+    examples = [make_example(i, messages=[Message("user", f"Tell me about {i}."),
+                                          Message("assistant", f"Entry {i}. It is fine.\nSecond line | pipe.")],
+                             fields={"source": "vendor" if i in planted else ("wiki" if i % 2 else "forum")})
+                for i in range(n)]
+    ids = [e.id for e in examples]
+    capability = _capability([1.0] * 12, [0.0] * 9 + [1.0] * 3)
+    regressed = capability.regressed_ids
+    queries = failure + 0.2 * rng.normal(size=(len(regressed), dim))
+    pre = diagonal_preconditioner((train**2).mean(axis=0))
+    scores = score_examples(ArraySource(train, ids), queries, preconditioner=pre, item_ids=regressed,
+                            normalize=normalize, top_k=5)
+    clusters = cluster_blame(scores.blame, clusters_from_field(examples, "source", ids=ids), permutations=200)
+    top_id = scores.top_ids()[0]
+    spans = [SpanDrill(example_id=top_id, position=scores.ids.index(top_id), query_item=regressed[0],
+                       spans=(SpanBlame("Entry 10.", 0, 9, 1, 0, 4, 0.25),
+                              SpanBlame("It is fine.", 10, 21, 1, 4, 9, 1.5)))]
+    texts = {e.id: e.supervised_text for e in examples}
+    report = attribution_report(scores=scores, capability=capability, preconditioner=pre, texts=texts,
+                                provenance=_provenance(stamp), clusters=clusters, spans=spans,
+                                warnings=[ReportWarning("data.duplicates", "3 near-duplicate pairs in the dataset")])
+    return report, scores, clusters
+
+
+def test_attributed_report_puts_the_verdict_first_and_provenance_last():
+    report, scores, clusters = _attributed()
+    md = render_markdown(report)
+    assert md.startswith("# Gradian attribution report\n\n## Verdict\n")
+    sections = [line for line in md.splitlines() if line.startswith("## ")]
+    assert sections == ["## Verdict", "## Capability", "## Top blamed examples", "## Clusters", "## Span drill-down",
+                        "## Plots", "## Warnings", "## Method", "## Provenance"]
+    verdict = md.split("## Capability")[0]
+    cap = report["capability"]
+    assert f"{cap['delta']:+.4g}" in verdict and f"[{cap['ci_low']:+.4g}, {cap['ci_high']:+.4g}]" in verdict
+    assert "`vendor`" in verdict and scores.top_ids()[0] in verdict
+    assert clusters.accused is not None and report["verdict"]["accused_cluster"] == "vendor"
+    provenance = md.split("## Provenance")[1]
+    assert COMMAND in provenance and '"dataset_sha256"' in provenance and "idx-1234" in provenance
+    assert "Second line \\| pipe." in md  # a pipe in an excerpt stays inside its table cell
+    assert "&lt;city&gt;" not in md and "&lt;city>" in md
+
+
+def test_report_json_has_the_versioned_schema():
+    report, scores, _ = _attributed()
+    data = json.loads(render_json(report))
+    assert data["schema"] == SCHEMA == "gradian.report/1"
+    assert list(data) == ["schema", "verdict", "capability", "query_signal", "method", "top_examples", "clusters",
+                          "spans", "warnings", "plots", "provenance", "generated_at"]
+    top = data["top_examples"][0]
+    assert set(top) == {"rank", "id", "position", "blame", "cluster", "excerpt", "item_blame"}
+    assert top["rank"] == 1 and top["cluster"] == "vendor" and len(top["item_blame"]) == len(scores.item_ids)
+    assert data["method"]["preconditioner"] == "diagonal" and "damping" in data["method"]["preconditioner_knobs"]
+    assert data["method"]["clusters"]["permutations"] == 200
+    assert data["query_signal"] == {"requested": "auto", "effective": "contrastive", "note": None}
+    assert data["spans"][0]["top_span"] == 1
+    assert data["spans"][0]["spans"][1] == {"text": "It is fine.", "message_index": 1, "start": 10, "end": 21,
+                                            "blame": 1.5}
+    assert {"code": "data.duplicates", "message": "3 near-duplicate pairs in the dataset"} in data["warnings"]
+    ranked = data["clusters"]["ranked"]
+    assert ranked[0]["name"] == "vendor" and ranked[0]["accused"] and {"z", "p_value", "p_adjusted"} <= set(ranked[0])
+
+
+def test_two_runs_write_byte_identical_files_and_only_the_timestamp_differs(tmp_path):
+    first, scores, clusters = _attributed()
+    files = write_report(first, tmp_path / "a", scores=scores, clusters=clusters)
+    again, scores2, clusters2 = _attributed()
+    files2 = write_report(again, tmp_path / "b", scores=scores2, clusters=clusters2)
+    assert files.json.read_bytes() == files2.json.read_bytes()
+    assert files.markdown.read_bytes() == files2.markdown.read_bytes()
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(
+        ["report.json", "report.md", report_plots.BLAME_PLOT, report_plots.ITEMS_PLOT])  # no temp files left
+    for plot in files.plots:
+        assert plot.read_bytes().startswith(b"\x89PNG")
+        assert plot.read_bytes() == (tmp_path / "b" / plot.name).read_bytes()
+    assert "![blame distribution](blame_distribution.png)" in files.markdown.read_text()
+    later, _, _ = _attributed(stamp="2030-06-01T12:00:00+00:00")
+    changed = [(a, b) for a, b in zip(render_markdown(first).splitlines(), render_markdown(later).splitlines(),
+                                      strict=True) if a != b]
+    assert len(changed) == 1 and changed[0][1].startswith("Generated at 2030-06-01")
+    diff_json = {k for k in first if first[k] != later[k]}
+    assert diff_json == {"generated_at"}
+
+
+def test_plots_are_skipped_with_a_note_without_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_plots, "matplotlib_available", lambda: False)
+    report, scores, clusters = _attributed()
+    files = write_report(report, tmp_path, scores=scores, clusters=clusters)
+    assert files.plots == ()
+    assert report_plots.MISSING_NOTE in files.markdown.read_text()
+    assert json.loads(files.json.read_text())["plots"] == {"files": [], "note": report_plots.MISSING_NOTE}
+
+
+def test_normalize_is_flagged_in_the_warnings():
+    report, _, _ = _attributed(normalize=True)
+    assert "attribution.normalize" in [w["code"] for w in report["warnings"]]
+    assert "attribution.normalize" not in [w["code"] for w in _attributed()[0]["warnings"]]
+
+
+def test_not_significant_delta_refuses_with_the_numbers_and_the_advice(tmp_path):
+    capability = _capability([1.0, 0.0, 1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    assert not capability.significant
+    report = refusal_report(capability=capability, provenance=_provenance())
+    files = write_report(report, tmp_path)
+    md = files.markdown.read_text()
+    assert md.startswith("# Gradian attribution report\n\n## Verdict\n\n**Not attributed: the capability delta is "
+                         "not significant.**")
+    assert "Widen it" in md and "require_significant: false" in md
+    assert f"{capability.delta:+.4g}" in md and "## Top blamed examples" not in md and "## Provenance" in md
+    data = json.loads(files.json.read_text())
+    assert data["verdict"]["kind"] == "not_significant"
+    assert data["top_examples"] == [] and data["clusters"] is None and data["method"] is None
+    assert data["provenance"]["command"] == COMMAND and files.plots == ()
+    assert refusal_report(capability=capability, provenance=_provenance()) == report
+
+
+def test_significant_improvement_is_refused_as_improved():
+    capability = _capability([0.0] * 12, [1.0] * 12)
+    report = refusal_report(capability=capability, provenance=_provenance())
+    assert report["verdict"]["kind"] == "improved" and "not worse" in report["verdict"]["headline"]
+
+
+def test_no_eval_set_report_says_it_is_not_a_diagnosis(tmp_path):
+    rng = np.random.default_rng(1)
+    train = rng.normal(size=(30, 6))
+    ids = [f"ex-{i:06d}-00000000" for i in range(30)]
+    pre = diagonal_preconditioner((train**2).mean(axis=0))
+    scores = score_examples(ArraySource(train, ids), train[:4], preconditioner=pre, item_ids=ids[:4], top_k=5)
+    report = no_capability_target_report(scores=scores, preconditioner=pre, texts={i: f"text of {i}" for i in ids},
+                                         provenance=_provenance())
+    files = write_report(report, tmp_path, scores=scores)
+    md = files.markdown.read_text()
+    verdict = md.split("## ")[1]
+    assert verdict.startswith("Verdict") and NO_CAPABILITY_TARGET_TEXT in verdict
+    assert ("You ran without --eval-dataset, so Gradian fell back to attributing against the first few training "
+            "examples. It runs, but it is not a diagnosis.") in verdict
+    data = json.loads(files.json.read_text())
+    assert data["verdict"]["kind"] == "no_capability_target" and data["capability"] is None
+    assert data["warnings"][0]["code"] == "attribution.no_capability_target"
+    assert data["method"]["query_items"] == ids[:4] and len(data["top_examples"]) == 5
+    assert "## Provenance" in md and files.plots == (tmp_path / report_plots.BLAME_PLOT,)
+
+
+def test_non_finite_numbers_become_null_not_invalid_json():
+    report, _, _ = _attributed()
+    report["top_examples"][0]["blame"] = None
+    assert json.loads(render_json(report))["top_examples"][0]["blame"] is None
+    assert "n/a" in render_markdown(report)
+    with pytest.raises(ValueError):
+        render_json({"x": float("nan")})
+
+
+def test_importing_attribution_and_report_imports_neither_torch_nor_matplotlib():
+    code = ("import sys, gradian.attribution, gradian.report; "
+            "print(sorted(m for m in ('torch', 'matplotlib', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
