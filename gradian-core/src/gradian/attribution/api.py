@@ -1,0 +1,240 @@
+"""`gradian.attribute(...)`: evaluate, gate on significance, index, query, score, cluster, drill into spans, report.
+
+Every stage's wall time is recorded in the report's provenance; nothing is written until the report is
+complete (the index has its own atomic, resumable writes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradian.config import GradianConfig
+from gradian.errors import ConfigError
+
+# stage name -> a (done, total) progress callback, or None for no progress display
+ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
+
+
+@dataclass(frozen=True)
+class AttributionOutcome:
+    """What `attribute` wrote and found: the report dict, its files, the index, and stage timings."""
+
+    report: dict[str, Any]
+    out_dir: Path
+    files: Any
+    index: Any | None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        """The report's verdict section (kind, headline, summary, accused cluster, top examples)."""
+        return self.report["verdict"]
+
+
+class _Stages:
+    """Times each stage and hands it its progress callback."""
+
+    def __init__(self, progress: ProgressFactory | None) -> None:
+        self.progress = progress
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[Callable[[int, int], None] | None]:
+        started = time.perf_counter()
+        try:
+            yield self.progress(name) if self.progress is not None else None
+        finally:
+            self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - started, 3)
+
+
+def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Path, out: str | Path,
+              eval_dataset: str | Path | None = None, run: str | Path | None = None,
+              config: GradianConfig | None = None, index_dir: str | Path | None = None,
+              allow_pickle: bool = False, trust_remote_code: bool = False, loaded_model: Any = None,
+              progress: ProgressFactory | None = None, command: Sequence[str] | None = None) -> AttributionOutcome:
+    """Explain a regression: which training examples, clusters and sentences pushed the model toward it."""
+    from gradian.data import load_dataset, load_eval_dataset
+    from gradian.evaluation import validate_query_signal
+    from gradian.model.loaded import check_unsloth_absent, require_adapter
+
+    config = config or GradianConfig()
+    if loaded_model is None:
+        require_adapter(adapter, "attribute")
+        check_unsloth_absent()
+    signal_choice = validate_query_signal(config.evaluation.metric, config.evaluation.query_signal)
+    stages = _Stages(progress)
+    with stages.stage("load data"):
+        examples = load_dataset(dataset)
+        eval_items = load_eval_dataset(eval_dataset) if eval_dataset is not None else None
+        _check_cluster_field(config, examples)
+    with stages.stage("load model"):
+        loaded = loaded_model if loaded_model is not None else _load_model(
+            base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+    capability = None
+    if eval_items is not None:
+        capability = _evaluate(loaded, eval_items, config, stages)
+        if config.evaluation.require_significant and not capability.significant_regression:
+            return _refuse(capability, config, out, stages, command)
+    with stages.stage("index") as tick:
+        from gradian.index.build import build_index
+
+        index = build_index(loaded, examples, config, index_dir, progress=tick)
+    with stages.stage("query gradients"):
+        from gradian.grads.capture import GradientCapture
+
+        capture = GradientCapture.from_config(loaded, config.grads)
+        if capability is not None:
+            queries, item_ids = _eval_queries(capture, loaded, capability, eval_items, config, signal_choice)
+        else:
+            queries, item_ids = _fallback_queries(index, examples, config)
+    with stages.stage("score"):
+        from gradian.attribution.preconditioners import from_config as fit_from_config
+        from gradian.attribution.scoring import score_with_config
+
+        preconditioner = fit_from_config(config.attribution, index_statistics(index, config),
+                                         adam_exp_avg_sq=_adam_state(run, config, capture))
+        preconditioned = preconditioner.apply(queries)
+        scores = score_with_config(index, queries, config.attribution, preconditioner=preconditioner,
+                                   item_ids=item_ids)
+    with stages.stage("clusters"):
+        from gradian.attribution.clusters import score_clusters
+
+        clusters = score_clusters(config.attribution, np.asarray(scores.blame), examples, index)
+    with stages.stage("spans"):
+        drills = _span_drills(capture, loaded.tokenizer, examples, scores, preconditioned, config)
+    return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
+                  preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
+                  signal_choice=signal_choice)
+
+
+def index_statistics(index: Any, config: GradianConfig) -> Any:
+    """The index's stored statistics in the form the preconditioners take."""
+    from gradian.attribution.preconditioners import BlockMoment, IndexStatistics
+
+    stats = index.stats()
+    blocks = tuple(BlockMoment(b.name, b.offset, b.width, stats.block_second_moment(b.name) if b.has_matrix else None)
+                   for b in stats.blocks)
+    return IndexStatistics(dim=index.dim, second_moment=stats.second_moment(), blocks=blocks,
+                           projected=index.manifest.projection is not None)
+
+
+def _load_model(base_model: str, adapter: Any, *, allow_pickle: bool, trust_remote_code: bool) -> Any:
+    from gradian.model.loaded import LoadedModel
+
+    if not base_model:
+        raise ConfigError("gradian attribute needs --base-model", "pass the base model the adapter was trained from")
+    return LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+
+
+def _check_cluster_field(config: GradianConfig, examples: Sequence[Any]) -> None:
+    """Fail before any model work when the cluster field is missing on some rows."""
+    if config.attribution.cluster_field:
+        from gradian.attribution.clusters import clusters_from_field
+
+        clusters_from_field(examples, config.attribution.cluster_field)
+
+
+def _evaluate(loaded: Any, eval_items: Any, config: GradianConfig, stages: _Stages) -> Any:
+    from gradian.evaluation import evaluate_capability
+
+    ticks: dict[str, Callable[[int, int], None] | None] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage not in ticks:
+            ticks[stage] = stages.progress(f"evaluate {stage}") if stages.progress is not None else None
+        if ticks[stage] is not None:
+            ticks[stage](done, total)
+
+    with stages.stage("evaluate"):
+        return evaluate_capability(loaded, eval_items, config.evaluation, progress=progress,
+                                   max_seq_length=config.grads.max_seq_length)
+
+
+def _eval_queries(capture: Any, loaded: Any, capability: Any, eval_items: Any, config: GradianConfig,
+                  signal_choice: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+    """One query vector per regressed item (all items when nothing regressed and the gate is off)."""
+    from gradian.query import query_gradients
+
+    items = capability.regressed_items or capability.items
+    prompts = {example.id: example.prompt_messages for example in eval_items}
+    query = query_gradients(capture, loaded.tokenizer, items, prompts, signal_choice.effective,
+                            max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size)
+    return query.vectors, query.item_ids
+
+
+def _fallback_queries(index: Any, examples: Sequence[Any],
+                      config: GradianConfig) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Without an eval set: the loss gradients of the first few training examples (not a diagnosis)."""
+    from gradian.attribution.scoring import leading_rows
+
+    count = min(config.attribution.fallback_examples, len(examples))
+    rows = leading_rows(index, count, config.attribution.chunk_size)
+    return rows, tuple(example.id for example in examples[:count])
+
+
+def _adam_state(run: Any, config: GradianConfig, capture: Any) -> np.ndarray | None:
+    """Adam's exp_avg_sq in stored space, when asked for and the run dir holds it (exact indexes only)."""
+    if config.attribution.preconditioner != "adam":
+        return None
+    from gradian.attribution.adam_state import adam_second_moment
+
+    return adam_second_moment(run, capture)
+
+
+def _span_drills(capture: Any, tokenizer: Any, examples: Sequence[Any], scores: Any, preconditioned: np.ndarray,
+                 config: GradianConfig) -> list[Any]:
+    """Sentence-level blame of the top examples, each against the one item that blames it most."""
+    from gradian.attribution.results import SpanDrill
+    from gradian.query import span_blames
+
+    drills = []
+    top_positions = list(scores.top_positions)[: config.attribution.span_examples]
+    for rank, position in enumerate(top_positions):
+        item = int(np.argmax(np.asarray(scores.top_item_blame)[rank]))
+        spans = span_blames(capture, tokenizer, examples[position], preconditioned[item],
+                            max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size)
+        drills.append(SpanDrill(examples[position].id, int(position), scores.item_ids[item], tuple(spans)))
+    return drills
+
+
+def _provenance(config: GradianConfig, command: Sequence[str] | None, index: Any = None) -> Any:
+    # Stage timings stay out of the report: two runs on the same inputs must write the same report.
+    from gradian.report import Provenance, command_line
+
+    manifest = index.manifest.to_dict() if index is not None else {}
+    return Provenance(command=command_line(command), manifest=manifest,
+                      index_id=index.index_id if index is not None else None, config=config.to_dict())
+
+
+def _refuse(capability: Any, config: GradianConfig, out: str | Path, stages: _Stages,
+            command: Sequence[str] | None) -> AttributionOutcome:
+    from gradian.report import refusal_report, write_report
+
+    report = refusal_report(capability=capability, provenance=_provenance(config, command))
+    files = write_report(report, Path(out))
+    return AttributionOutcome(report, Path(out), files, None, dict(stages.timings))
+
+
+def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Sequence[str] | None, *, index: Any,
+           scores: Any, capability: Any, preconditioner: Any, clusters: Any, drills: list[Any],
+           examples: Sequence[Any], signal_choice: Any) -> AttributionOutcome:
+    from gradian.report import attribution_report, no_capability_target_report, write_report
+
+    texts = {example.id: example.supervised_text or example.text or "" for example in examples}
+    provenance = _provenance(config, command, index)
+    if capability is None:
+        report = no_capability_target_report(scores=scores, preconditioner=preconditioner, texts=texts,
+                                             provenance=provenance, clusters=clusters, spans=drills)
+    else:
+        report = attribution_report(scores=scores, capability=capability, preconditioner=preconditioner,
+                                    texts=texts, provenance=provenance, clusters=clusters, spans=drills,
+                                    query_signal=signal_choice)
+    files = write_report(report, Path(out), scores=scores, clusters=clusters)
+    return AttributionOutcome(report, Path(out), files, index, dict(stages.timings))

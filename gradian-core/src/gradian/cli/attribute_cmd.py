@@ -1,0 +1,87 @@
+"""`gradian attribute`: which training data pushed the model toward the regression."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gradian.cli.options import (
+    AdapterOption,
+    BaseModelOption,
+    ConfigOption,
+    DatasetOption,
+    EvalDatasetOption,
+    RunOption,
+    SetOption,
+    TrustRemoteCodeFlag,
+)
+
+OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report directory (report.md, report.json, plots).")]
+IndexOption = Annotated[Optional[Path], typer.Option("--index", help="Gradient index directory (default: the cache, keyed by the index id).")]
+AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (runs code from the file; off by default).")]
+
+
+def attribute(
+    base_model: BaseModelOption = None,
+    adapter: AdapterOption = None,
+    dataset: DatasetOption = None,
+    eval_dataset: EvalDatasetOption = None,
+    run: RunOption = None,
+    out: OutOption = None,
+    index: IndexOption = None,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    allow_pickle: AllowPickleFlag = False,
+    trust_remote_code: TrustRemoteCodeFlag = False,
+) -> None:
+    """Measure the regression, then rank the examples, clusters and sentences that pushed the model toward it."""
+    import sys
+
+    from gradian.attribution.api import attribute as run_attribution
+    from gradian.cli.options import load_cli_config
+    from gradian.cli.progress import stage_bars
+    from gradian.errors import ConfigError
+    from gradian.model.loaded import require_adapter
+
+    require_adapter(adapter, "attribute")
+    if dataset is None:
+        raise ConfigError("gradian attribute needs --dataset", "pass the exact training data, in the same order")
+    if out is None:
+        raise ConfigError("gradian attribute needs --out", "pass a directory for report.md and report.json")
+    cfg = load_cli_config(config, set_)
+    with stage_bars() as bars:
+        outcome = run_attribution(base_model=base_model or "", adapter=adapter, dataset=dataset, out=out,
+                                  eval_dataset=eval_dataset, run=run, config=cfg, index_dir=index,
+                                  allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, progress=bars,
+                                  command=["gradian", *sys.argv[1:]])
+    typer.echo(verdict_text(outcome.report))
+    typer.echo("stages: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in outcome.timings.items()))
+    typer.echo(f"report: {outcome.out_dir / 'report.md'}")
+
+
+def verdict_text(report: dict) -> str:
+    """The verdict as a few terminal lines: headline, delta with CI, accused cluster, top examples."""
+    verdict, lines = report["verdict"], [report["verdict"]["headline"]]
+    capability = report.get("capability")
+    if capability:
+        lines.append(f"capability ({capability['metric']}): base {capability['base_mean']:.3f} -> fine-tuned "
+                     f"{capability['finetuned_mean']:.3f}, delta {capability['delta']:+.3f} "
+                     f"[{capability['ci_low']:+.3f}, {capability['ci_high']:+.3f}] "
+                     f"({capability['confidence']:.0%} CI, {capability['n_items']} items)")
+    clusters = (report.get("clusters") or {}).get("ranked") or []
+    if clusters:
+        top = clusters[0]
+        label = "accused cluster" if verdict.get("accused_cluster") == top["name"] else "top cluster (not accused)"
+        lines.append(f"{label}: {top['name']} (rank 1 of {len(clusters)}, {top['size']} examples, "
+                     f"p = {top['p_value']:.3g}, family-wise p = {top['p_adjusted']:.3g})")
+    for row in report.get("top_examples", [])[:5]:
+        lines.append(f"  #{row['rank']} {row['id']} blame {row['blame']:+.3g} [{row.get('cluster') or '-'}] "
+                     f"{row['excerpt'][:80]!r}")
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the app."""
+    app.command("attribute")(attribute)
