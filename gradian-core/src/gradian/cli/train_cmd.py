@@ -1,0 +1,41 @@
+"""`gradian train`: a LoRA fine-tune through a trainer plugin, for counterfactual retraining and injection tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gradian.cli.options import BaseModelOption, ConfigOption, DatasetOption, SetOption, TrustRemoteCodeFlag
+
+
+def train(
+    base_model: BaseModelOption = None,
+    dataset: DatasetOption = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output dir: the adapter goes to OUT/adapter, the run dir to OUT/run.")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="Training backend: hf (transformers.Trainer, the default), trl or unsloth (GPU only).")] = "hf",
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    trust_remote_code: TrustRemoteCodeFlag = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace OUT/adapter and OUT/run from an earlier run.")] = False,
+) -> None:
+    """Fine-tune a LoRA adapter on a dataset (Gradian trains only to check itself: verify and inject)."""
+    from gradian.cli.options import load_cli_config
+    from gradian.train import make_job, resolve_backend, run_training
+
+    cfg = load_cli_config(config, set_)
+    resolve_backend(backend)  # unknown, missing or unavailable backends fail before any loading
+    job = make_job(base_model, dataset, out, cfg, trust_remote_code=trust_remote_code)
+    result = run_training(job, backend, overwrite=overwrite)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+    typer.echo(f"trained with {result.backend} in {result.seconds:.1f} s: {result.steps} steps, final loss {loss}")
+    typer.echo(f"adapter: {result.adapter_dir}")
+    typer.echo(f"run:     {result.run_dir}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the app."""
+    app.command("train")(train)

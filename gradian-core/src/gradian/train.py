@@ -1,0 +1,135 @@
+"""`gradian train`: build a TrainJob, find its backend through the trainer hook, run it, publish its output.
+
+Gradian trains only to check itself (counterfactual retraining, the injection test). Backends are
+plugins (gradian-trainer-hf / -trl / -unsloth) reached through ``get_plugins().trainers()``; this
+module never imports one until the job runs, and never imports trl or unsloth itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import DatasetError, ModelError, PluginError, TrainingError
+from gradian.records import TrainerSpec, TrainJob, TrainResult, load_object
+
+DEFAULT_BACKEND = "hf"
+# The distribution that provides each backend Gradian knows of, for the "pip install" hint.
+BACKEND_DISTRIBUTIONS: dict[str, str] = {
+    "hf": "gradian-trainer-hf",
+    "trl": "gradian-trainer-trl",
+    "unsloth": "gradian-trainer-unsloth",
+}
+
+
+def make_job(
+    base_model: str | None,
+    dataset: Path | None,
+    out: Path | None,
+    config: Any = None,
+    *,
+    drop_ids: Iterable[str] = (),
+    extra_datasets: Iterable[Path] = (),
+    trust_remote_code: bool = False,
+) -> TrainJob:
+    """A validated TrainJob; the config defaults to GradianConfig()."""
+    from gradian.config import GradianConfig
+
+    if not base_model:
+        raise ModelError("no base model given", "pass --base-model (a local model dir, or smollm2-135m-instruct)")
+    if dataset is None:
+        raise DatasetError("no training dataset given", "pass --dataset with the JSONL (or JSON, parquet) to train on")
+    if out is None:
+        raise TrainingError("no output directory given", "pass --out DIR; the adapter goes to DIR/adapter, the run to DIR/run")
+    for path in (Path(dataset), *map(Path, extra_datasets)):
+        if not path.exists():
+            raise DatasetError(f"dataset {path} does not exist", "check the path")
+    return TrainJob(
+        base_model=str(base_model),
+        dataset=Path(dataset),
+        out=Path(out),
+        config=config if config is not None else GradianConfig(),
+        drop_ids=frozenset(drop_ids),
+        extra_datasets=tuple(Path(p) for p in extra_datasets),
+        trust_remote_code=trust_remote_code,
+    )
+
+
+def resolve_backend(name: str) -> TrainerSpec:
+    """The backend's TrainerSpec; a one-line error when it is unknown, not installed or cannot run here."""
+    from gradian.plugins import get_plugins
+
+    plugins = get_plugins()
+    trainers = plugins.trainers()
+    spec = trainers.get(name)
+    if spec is None:
+        installed = ", ".join(sorted(trainers)) or "none"
+        distribution = BACKEND_DISTRIBUTIONS.get(name)
+        if distribution is None:
+            raise PluginError(f"unknown training backend {name!r}; installed backends: {installed}",
+                              "pass --backend hf (the default), trl or unsloth")
+        failure = next((f for f in plugins.failures if f.distribution == distribution), None)
+        if failure is not None:
+            raise PluginError(f"the {name} backend's plugin ({distribution}) failed to load: {failure.error}",
+                              f"reinstall it: pip install --force-reinstall {distribution}")
+        raise PluginError(f"the {name} training backend is not installed (installed backends: {installed})",
+                          f"pip install {distribution}")
+    reason = spec.unavailable_reason()
+    if reason:
+        raise TrainingError(f"the {name} training backend cannot run here: {reason}",
+                            "use --backend hf, which runs on CPU or GPU" if name != "hf" else "run gradian doctor")
+    return spec
+
+
+def run_training(job: TrainJob, backend: str = DEFAULT_BACKEND, *, overwrite: bool = False) -> TrainResult:
+    """Train with the named backend into a staging dir and publish ``<out>/adapter`` and ``<out>/run``."""
+    from gradian.training.output import ADAPTER_DIR, RUN_DIR, check_output_dir, staged_output, write_job_files
+
+    spec = resolve_backend(backend)
+    check_output_dir(job.out, overwrite)  # before loading anything: refusing takes a second, not a model load
+    trainer = load_object(spec.load)()
+    started = time.monotonic()
+    with staged_output(job.out, overwrite) as staged:
+        result = trainer.train(dataclasses.replace(job, out=staged.staging))
+        write_job_files(staged.run_dir, job, backend, result.notes)
+    return dataclasses.replace(
+        result,
+        adapter_dir=job.out / ADAPTER_DIR,
+        run_dir=job.out / RUN_DIR,
+        seconds=time.monotonic() - started,
+        backend=backend,
+    )
+
+
+# --- a job as JSON, for backends that train in another process (unsloth) -----------------------
+
+
+def job_to_dict(job: TrainJob) -> dict[str, Any]:
+    """A TrainJob as plain JSON-able data; ``job_from_dict`` rebuilds an equal job."""
+    return {
+        "base_model": job.base_model,
+        "dataset": str(job.dataset),
+        "out": str(job.out),
+        "config": job.config.to_dict(),
+        "drop_ids": sorted(job.drop_ids),
+        "extra_datasets": [str(p) for p in job.extra_datasets],
+        "trust_remote_code": job.trust_remote_code,
+    }
+
+
+def job_from_dict(data: dict[str, Any]) -> TrainJob:
+    """The TrainJob that ``job_to_dict`` wrote, with its config validated again."""
+    from gradian.config import build_config
+
+    return TrainJob(
+        base_model=data["base_model"],
+        dataset=Path(data["dataset"]),
+        out=Path(data["out"]),
+        config=build_config(data["config"]),
+        drop_ids=frozenset(data.get("drop_ids", ())),
+        extra_datasets=tuple(Path(p) for p in data.get("extra_datasets", ())),
+        trust_remote_code=bool(data.get("trust_remote_code", False)),
+    )

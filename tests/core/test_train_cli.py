@@ -1,0 +1,91 @@
+"""`gradian train`: backend lookup and bad input as one-line errors with exit code 2, and a real run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gradian.cli.app import main
+from tests.trainer_hf.chat_data import QUICK, write_chat_dataset
+
+
+@pytest.fixture
+def args(tiny_base_dir, tmp_path):
+    dataset = write_chat_dataset(tmp_path / "train.jsonl")
+    base = ["train", "--base-model", str(tiny_base_dir), "--dataset", str(dataset), "--out", str(tmp_path / "out")]
+    for override in QUICK:
+        base += ["--set", override]
+    return base
+
+
+def _one_line_error(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("gradian: error: "), err
+    return err
+
+
+def test_trains_with_the_hf_backend_by_default(args, tmp_path, capsys):
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "trained with hf in" in out and "3 steps, final loss" in out
+    assert (tmp_path / "out" / "adapter" / "adapter_config.json").is_file()
+    assert (tmp_path / "out" / "run" / "trainer_state.json").is_file()
+
+
+def test_unknown_backend_lists_the_installed_ones(args, capsys):
+    err = _one_line_error(capsys, [*args, "--backend", "axolotl"])
+    assert "unknown training backend 'axolotl'; installed backends: hf, trl, unsloth" in err
+
+
+@pytest.mark.parametrize("backend, distribution", [("trl", "gradian-trainer-trl"), ("hf", "gradian-trainer-hf")])
+def test_a_backend_whose_distribution_is_missing_names_it(args, capsys, monkeypatch, backend, distribution):
+    monkeypatch.setenv("GRADIAN_DISABLE_PLUGIN_AUTOLOAD", "1")  # as if no trainer distribution were installed
+    err = _one_line_error(capsys, [*args, "--backend", backend])
+    assert f"the {backend} training backend is not installed" in err and f"pip install {distribution}" in err
+
+
+@pytest.mark.parametrize("override, key", [
+    ("train.learning_rate=5", "train.learning_rate"),
+    ("train.lora_r=0", "train.lora_r"),
+    ("train.scheduler=exponential", "train.scheduler"),
+])
+def test_train_config_out_of_range_is_the_config_error(args, capsys, override, key):
+    err = _one_line_error(capsys, [*args, "--set", override])
+    assert f"config key {key} has the value" in err
+
+
+def test_missing_inputs_are_one_line_errors(tiny_base_dir, tmp_path, capsys):
+    dataset = write_chat_dataset(tmp_path / "train.jsonl")
+    assert "no base model given" in _one_line_error(capsys, ["train", "--dataset", str(dataset), "--out", str(tmp_path / "o")])
+    assert "does not exist" in _one_line_error(
+        capsys, ["train", "--base-model", str(tiny_base_dir), "--dataset", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")])
+    assert "no output directory given" in _one_line_error(
+        capsys, ["train", "--base-model", str(tiny_base_dir), "--dataset", str(dataset)])
+
+
+def test_an_existing_result_is_kept_unless_overwrite(args, tmp_path, capsys):
+    (tmp_path / "out" / "adapter").mkdir(parents=True)
+    err = _one_line_error(capsys, args)
+    assert "already holds adapter/" in err and "--overwrite" in err
+
+
+def test_train_help_does_not_import_torch():
+    script = "import sys\nfrom gradian.cli.app import main\nmain(['train', '--help'])\nprint('torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "--backend" in run.stdout and run.stdout.strip().endswith("False")
+
+
+def test_a_job_survives_a_round_trip_through_json(tmp_path):
+    import json
+
+    from gradian.config import load_config
+    from gradian.train import job_from_dict, job_to_dict, make_job
+
+    dataset = write_chat_dataset(tmp_path / "train.jsonl")
+    job = make_job("smollm2-135m-instruct", dataset, tmp_path / "out", load_config(None, ["train.lora_r=16"]),
+                   drop_ids=["ex-000003-abcdef12"], extra_datasets=[dataset])
+    assert job_from_dict(json.loads(json.dumps(job_to_dict(job)))) == job
