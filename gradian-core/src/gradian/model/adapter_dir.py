@@ -1,0 +1,185 @@
+"""A PEFT LoRA adapter directory on disk: validated, its tensor shapes read, its files hashed, its fit to a base checked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+ADAPTER_CONFIG = "adapter_config.json"
+SAFETENSORS_WEIGHTS = "adapter_model.safetensors"
+PICKLE_WEIGHTS = "adapter_model.bin"
+
+ADAPTER_HINT = "pass --adapter DIR, the directory your trainer saved the PEFT LoRA adapter to (it holds adapter_config.json)"
+
+# Saved peft keys drop the adapter name: <module>.lora_A.weight, <module>.lora_embedding_A, ...
+_LORA_KEY = re.compile(r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B)\.weight$|^(?P<emb_module>.+)\.(?P<emb_kind>lora_embedding_A|lora_embedding_B)$")
+
+
+@dataclass(frozen=True)
+class AdapterFiles:
+    """The validated files of an adapter directory."""
+
+    directory: Path
+    config: dict[str, Any]
+    weights: Path
+    pickled: bool
+
+    @property
+    def trained_on(self) -> str | None:
+        """The base model the adapter says it was trained from (adapter_config.json base_model_name_or_path)."""
+        return self.config.get("base_model_name_or_path")
+
+
+def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False) -> AdapterFiles:
+    """Validate a LoRA adapter directory: it exists, has a LORA adapter_config.json and safe (or allowed) weights."""
+    directory = Path(adapter).expanduser()
+    if not directory.exists():
+        raise ModelError(f"adapter directory {directory} does not exist", ADAPTER_HINT)
+    if not directory.is_dir():
+        raise ModelError(f"--adapter {directory} is a file, not an adapter directory", ADAPTER_HINT)
+    config_path = directory / ADAPTER_CONFIG
+    if not config_path.is_file():
+        raise ModelError(f"{directory} is not a PEFT adapter directory: {ADAPTER_CONFIG} is missing", ADAPTER_HINT)
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{config_path} is not valid JSON: {exc}", "re-save the adapter with peft's save_pretrained") from exc
+    if not isinstance(config, dict):
+        raise ModelError(f"{config_path} is not a JSON object", "re-save the adapter with peft's save_pretrained")
+    peft_type = str(config.get("peft_type", "")).upper()
+    if peft_type != "LORA":
+        raise ModelError(
+            f"{directory} holds a {config.get('peft_type') or 'untyped'} PEFT adapter, not LoRA: Gradian attributes "
+            "over the A and B matrices of LoRA layers",
+            "train a LoRA adapter (peft_type LORA) and pass its directory as --adapter",
+        )
+    safetensors_path = directory / SAFETENSORS_WEIGHTS
+    pickle_path = directory / PICKLE_WEIGHTS
+    if safetensors_path.is_file():
+        return AdapterFiles(directory, config, safetensors_path, pickled=False)
+    if pickle_path.is_file():
+        if not allow_pickle:
+            raise ModelError(
+                f"{directory} holds its weights as a pickle ({PICKLE_WEIGHTS}) and no {SAFETENSORS_WEIGHTS}; "
+                "Gradian does not unpickle files unless asked",
+                "re-save the adapter with save_pretrained(..., safe_serialization=True), or pass --allow-pickle if "
+                "you trust the file (it is still read with torch.load(weights_only=True))",
+            )
+        message = f"loading pickled adapter weights {pickle_path} (--allow-pickle) with torch.load(weights_only=True)"
+        warnings.warn(message, UserWarning, stacklevel=2)
+        log.warning(message)
+        return AdapterFiles(directory, config, pickle_path, pickled=True)
+    raise ModelError(
+        f"no LoRA weights in {directory}: neither {SAFETENSORS_WEIGHTS} nor {PICKLE_WEIGHTS} is there",
+        "point --adapter at the directory peft's save_pretrained wrote (a checkpoint-N/ folder also works)",
+    )
+
+
+def adapter_weight_shapes(files: AdapterFiles) -> dict[str, tuple[int, ...]]:
+    """Shapes of the LoRA tensors in the weights file; no LoRA tensors at all is a ModelError."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    if files.pickled:
+        for key, tensor in read_adapter_tensors(files).items():
+            shapes[key] = tuple(tensor.shape)
+    else:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(files.weights), framework="pt") as handle:
+                for key in handle.keys():
+                    shapes[key] = tuple(handle.get_slice(key).get_shape())
+        except Exception as exc:  # safetensors raises its own error types for bad headers
+            raise ModelError(
+                f"{files.weights} is not a readable safetensors file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                "the file is truncated or corrupt; re-save the adapter",
+            ) from exc
+    lora = {key: shape for key, shape in shapes.items() if _LORA_KEY.match(key)}
+    if not lora:
+        raise ModelError(
+            f"no LoRA weights in {files.weights}: it holds no lora_A / lora_B tensors ({len(shapes)} other tensors)",
+            "point --adapter at a LoRA adapter saved by peft's save_pretrained",
+        )
+    return lora
+
+
+def read_adapter_tensors(files: AdapterFiles) -> dict[str, Any]:
+    """Every tensor of the weights file, on CPU (pickles through torch.load(weights_only=True))."""
+    import torch
+
+    if files.pickled:
+        try:
+            state = torch.load(str(files.weights), map_location="cpu", weights_only=True)
+        except Exception as exc:  # a weights-only unpickler refusal or a corrupt file
+            raise ModelError(f"{files.weights} cannot be read as a weights-only pickle: {exc}".splitlines()[0],
+                             "re-save the adapter with safe_serialization=True") from exc
+        if not isinstance(state, dict):
+            raise ModelError(f"{files.weights} does not hold a state dict", "re-save the adapter with save_pretrained")
+        return state
+    from safetensors.torch import load_file
+
+    return load_file(str(files.weights), device="cpu")
+
+
+def adapter_files_hash(files: AdapterFiles) -> str:
+    """sha256 over the weights file and adapter_config.json, each labelled, so either changing changes the hash."""
+    digest = hashlib.sha256()
+    for label, path in (("weights", files.weights), ("config", files.directory / ADAPTER_CONFIG)):
+        digest.update(f"{label}:{path.name}\n".encode())
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_adapter_fits(base_model: Any, shapes: dict[str, tuple[int, ...]], files: AdapterFiles, base_name: str) -> None:
+    """Raise a one-line ModelError naming the first LoRA tensor whose shape the base model's layer cannot take."""
+    from gradian.model.lora_blocks import short_module_name
+
+    for key, shape in shapes.items():
+        match = _LORA_KEY.match(key)
+        if match is None:
+            continue
+        module_path = short_module_name(match.group("module") or match.group("emb_module"))
+        kind = match.group("kind") or match.group("emb_kind")
+        try:
+            module = base_model.get_submodule(module_path)
+        except AttributeError:
+            continue  # renamed through a checkpoint key mapping; peft's loader reports what it cannot place
+        expected = _expected_dim(module, kind)
+        if expected is None:
+            continue
+        axis, size, what = expected
+        if len(shape) != 2 or shape[axis] != size:
+            trained_on = f" (adapter_config.json says it was trained on {files.trained_on})" if files.trained_on else ""
+            raise ModelError(
+                f"the adapter does not fit base model {base_name}: tensor {key} has shape {list(shape)} but "
+                f"{module_path} has {what} {size}{trained_on}",
+                "this is an adapter for another base model; pass the --base-model it was trained from",
+            )
+
+
+def _expected_dim(module: Any, kind: str) -> tuple[int, int, str] | None:
+    """(axis, size, description) that a LoRA tensor of this kind must match on this base module, if known."""
+    import torch.nn as nn
+
+    if isinstance(module, nn.Linear):
+        d_in, d_out = module.in_features, module.out_features
+    elif type(module).__name__ == "Conv1D" and getattr(module, "weight", None) is not None:  # GPT-2 style, weight is in x out
+        d_in, d_out = int(module.weight.shape[0]), int(module.weight.shape[1])
+    elif isinstance(module, nn.Embedding):
+        d_in, d_out = module.num_embeddings, module.embedding_dim
+    else:
+        return None
+    if kind in ("lora_A", "lora_embedding_A"):
+        return 1, d_in, "input size" if kind == "lora_A" else "vocabulary size"
+    return 0, d_out, "output size" if kind == "lora_B" else "embedding size"

@@ -1,0 +1,255 @@
+"""LoadedModel: a base model with a LoRA adapter, in eval mode, everything frozen except LoRA A and B."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gradian.errors import ModelError
+
+if TYPE_CHECKING:
+    from gradian.model.lora_blocks import LoraBlock
+
+UNSLOTH_ENV = "GRADIAN_ALLOW_UNSLOTH_IN_PROCESS"
+
+UNSLOTH_MESSAGE = (
+    "unsloth is imported in this process, so a plain transformers model cannot be built here: import unsloth patches "
+    "transformers, peft and torch globally, and a plain model built afterwards fails later, deep in attention"
+)
+UNSLOTH_HINT = (
+    "run attribution in a fresh process that never imports unsloth (your adapter needs nothing special); to attribute "
+    "an unsloth model held in memory, pass it through gradian.model.unsloth_compat.prepare_for_gradients, wrap it in "
+    f"a LoadedModel and give that to build_index; {UNSLOTH_ENV}=1 bypasses this refusal, for experiments"
+)
+
+# Config keys that say where or how a model was loaded, not what it is.
+_VOLATILE_CONFIG_KEYS = ("_name_or_path", "transformers_version", "_commit_hash", "use_cache", "_attn_implementation",
+                         "_attn_implementation_autoset", "attn_implementation")
+# Name parts peft adds around the base model's own parameters.
+_PEFT_NAME_PARTS = re.compile(r"\.base_layer(?=\.)|\.original_module(?=\.)")
+_SAMPLES_PER_TENSOR = 1024
+
+
+def require_adapter(adapter: str | Path | None, command: str = "attribute") -> Path:
+    """The adapter path, or the spec's refusal when none is given (attribution differentiates adapter parameters)."""
+    if adapter is None or not str(adapter).strip():
+        raise ModelError(
+            f"no adapter given: Gradian attributes over adapter parameters, so without one there is nothing to "
+            f"differentiate, and gradian {command} refuses to run without an adapter",
+            "pass --adapter DIR (a PEFT LoRA adapter directory); Gradian does not train your model, so with no "
+            "adapter yet start with `gradian diagnose`, which needs only a dataset",
+        )
+    return Path(adapter)
+
+
+def check_unsloth_absent() -> None:
+    """Refuse to build a plain model in a process where unsloth has patched transformers, unless the env allows it."""
+    if "unsloth" in sys.modules and os.environ.get(UNSLOTH_ENV, "") != "1":
+        raise ModelError(UNSLOTH_MESSAGE, UNSLOTH_HINT)
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedModel:
+    """A peft LoRA model ready for gradients: eval mode, only LoRA A/B require grad; never an optimizer step.
+
+    Build one with ``LoadedModel.load(base_model, adapter)`` or wrap a peft model already in memory with
+    ``LoadedModel(peft_model, tokenizer)``; hashes not given are computed from the model's contents.
+    """
+
+    model: Any
+    tokenizer: Any = None
+    base_model_name: str | None = None
+    adapter_dir: Path | None = None
+    adapter_hash: str | None = None
+    base_model_hash: str | None = None
+    adapter_name: str | None = None
+
+    def __post_init__(self) -> None:
+        from gradian.model.lora_blocks import active_adapter_name, hookable_lora_parameters, lora_layers
+
+        if next(lora_layers(self.model), None) is None:
+            configs = getattr(self.model, "peft_config", None) or {}
+            kinds = sorted({str(getattr(c.peft_type, "value", c.peft_type)) for c in configs.values()})
+            carried = f" (it carries a {', '.join(kinds)} adapter)" if kinds else ""
+            raise ModelError(
+                f"the model holds no LoRA layers{carried}, so there is nothing to differentiate",
+                "attach a LoRA adapter (PeftModel.from_pretrained(base, adapter_dir)) before wrapping it in LoadedModel",
+            )
+        adapter = self.adapter_name or active_adapter_name(self.model)
+        object.__setattr__(self, "adapter_name", adapter)
+        self.model.eval()
+        for param in self.model.parameters():
+            param.requires_grad_(False)
+        for param in hookable_lora_parameters(self.model, adapter):
+            param.requires_grad_(True)
+        if self.adapter_dir is not None:
+            object.__setattr__(self, "adapter_dir", Path(self.adapter_dir))
+        if self.base_model_name is None:
+            name = getattr(getattr(self.causal_lm, "config", None), "_name_or_path", None)
+            object.__setattr__(self, "base_model_name", name or None)
+        if self.adapter_hash is None:
+            object.__setattr__(self, "adapter_hash", lora_state_hash(self.model, adapter))
+        if self.base_model_hash is None:
+            object.__setattr__(self, "base_model_hash", base_model_fingerprint(self.model))
+
+    @classmethod
+    def load(cls, base_model: str | Path, adapter: str | Path | None, *, allow_pickle: bool = False,
+             trust_remote_code: bool = False, dtype: str = "float32", device: str = "cpu",
+             adapter_name: str = "default") -> LoadedModel:
+        """Load a base model and a LoRA adapter directory (safetensors; a pickle only with allow_pickle)."""
+        from gradian.model.adapter_dir import (
+            adapter_files_hash,
+            adapter_weight_shapes,
+            check_adapter_fits,
+            inspect_adapter_dir,
+        )
+        from gradian.model.base import load_base_model
+
+        check_unsloth_absent()
+        files = inspect_adapter_dir(require_adapter(adapter), allow_pickle=allow_pickle)
+        shapes = adapter_weight_shapes(files)
+        base, tokenizer = load_base_model(str(base_model), dtype=dtype, trust_remote_code=trust_remote_code,
+                                          device=device)
+        check_adapter_fits(base, shapes, files, str(base_model))
+        base_hash = base_model_fingerprint(base)
+        peft_model = _attach_adapter(base, files, adapter_name)
+        return cls(model=peft_model, tokenizer=tokenizer, base_model_name=str(base_model), adapter_dir=files.directory,
+                   adapter_hash=adapter_files_hash(files), base_model_hash=base_hash, adapter_name=adapter_name)
+
+    @property
+    def causal_lm(self) -> Any:
+        """The transformers causal LM inside the peft wrapper (LoRA layers injected in place)."""
+        getter = getattr(self.model, "get_base_model", None)
+        return getter() if callable(getter) else self.model
+
+    @property
+    def device(self) -> Any:
+        """Device of the model's first parameter."""
+        return next(self.model.parameters()).device
+
+    def blocks(self, module_filter: str | None = None) -> list[LoraBlock]:
+        """The LoRA blocks of this model's adapter matching module_filter (see gradian.model.lora_blocks)."""
+        from gradian.model.lora_blocks import discover_lora_blocks
+
+        return discover_lora_blocks(self.model, module_filter, self.adapter_name)
+
+    def trainable_parameter_names(self) -> list[str]:
+        """Names of the parameters that require grad (only LoRA A and B weights)."""
+        return [name for name, param in self.model.named_parameters() if param.requires_grad]
+
+
+def _attach_adapter(base: Any, files: Any, adapter_name: str) -> Any:
+    """Wrap the base in a PeftModel with the adapter's weights, turning peft's failures into one-line ModelErrors."""
+    from peft import PeftModel, get_peft_model_state_dict
+
+    from gradian.model.adapter_dir import read_adapter_tensors
+
+    try:
+        model = PeftModel.from_pretrained(base, str(files.directory), adapter_name=adapter_name, is_trainable=True)
+    except (ValueError, RuntimeError, KeyError, TypeError) as exc:
+        raise _adapter_load_error(exc, files) from exc
+    # Prove the file's LoRA tensors landed in the model, rather than trusting peft's missing-key warning.
+    loaded = get_peft_model_state_dict(model, adapter_name=adapter_name)
+    for key, tensor in read_adapter_tensors(files).items():
+        if ".lora_" not in key:
+            continue
+        if key not in loaded:
+            raise ModelError(
+                f"adapter tensor {key} matches no LoRA layer of the base model",
+                "this is an adapter for another base model; pass the --base-model it was trained from",
+            )
+        if not _same_values(tensor, loaded[key]):
+            raise ModelError(f"adapter tensor {key} did not load into the model unchanged",
+                             "re-save the adapter with peft's save_pretrained and report this with gradian doctor output")
+    return model
+
+
+def _same_values(saved: Any, live: Any) -> bool:
+    """Whether a saved tensor equals the live one after the dtype cast loading applies."""
+    import torch
+
+    return tuple(saved.shape) == tuple(live.shape) and torch.equal(saved.to(live.dtype), live.detach().cpu())
+
+
+def _adapter_load_error(exc: Exception, files: Any) -> ModelError:
+    """A one-line ModelError for an exception raised while peft attached the adapter."""
+    text = str(exc)
+    size = re.search(r"size mismatch for (\S+): copying a param with shape (.+?) from checkpoint, "
+                     r"the shape in current model is (.+?)\.(?:\s|$)", text)
+    trained_on = f" (adapter_config.json says it was trained on {files.trained_on})" if files.trained_on else ""
+    if size:
+        saved, live = (_shape_text(size.group(i)) for i in (2, 3))
+        return ModelError(
+            f"the adapter does not fit the model: tensor {size.group(1)} has shape {saved} in the adapter file but "
+            f"{live} in the model built from the base model and adapter_config.json{trained_on}",
+            "this is an adapter for another base model, or its adapter_config.json (r, target_modules) does not "
+            "match its weights; pass the --base-model it was trained from",
+        )
+    if "not found in the base model" in text or "Target module" in text:
+        return ModelError(
+            f"the adapter's target modules are not in the base model{trained_on}: {text.splitlines()[0][:300]}",
+            "this is an adapter for another base model; pass the --base-model it was trained from",
+        )
+    first = text.splitlines()[0][:300] if text else type(exc).__name__
+    return ModelError(f"peft could not attach the adapter in {files.directory}: {first}",
+                      "check that the adapter directory was written by peft's save_pretrained for this base model")
+
+
+def _shape_text(text: str) -> str:
+    """'torch.Size([4, 32])' -> '[4, 32]'."""
+    return text.removeprefix("torch.Size(").removesuffix(")")
+
+
+def lora_state_hash(model: Any, adapter_name: str) -> str:
+    """sha256 of the adapter's LoRA tensors (names, shapes, dtypes, bytes) and its peft config."""
+    digest = hashlib.sha256()
+    config = getattr(model, "peft_config", {}).get(adapter_name)
+    if config is not None:
+        config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(vars(config))
+        digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
+    for name, param in model.named_parameters():
+        if ".lora_" in name and f".{adapter_name}" in name:
+            _update_with_tensor(digest, name, param, sample=False)
+    return digest.hexdigest()
+
+
+def base_model_fingerprint(model: Any) -> str:
+    """sha256 of the base model's config and, per weight, its name, shape, dtype and a strided sample of its bytes.
+
+    Names are normalized so that the same base model gives the same fingerprint before and after peft wraps it;
+    LoRA tensors and modules_to_save copies are left out.
+    """
+    digest = hashlib.sha256()
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    config = getattr(inner, "config", None)
+    if config is not None:
+        config_dict = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
+        digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
+    from gradian.model.lora_blocks import short_module_name
+
+    for name, param in inner.named_parameters():
+        if ".lora_" in name or ".modules_to_save." in name:
+            continue
+        _update_with_tensor(digest, _PEFT_NAME_PARTS.sub("", short_module_name(name)), param, sample=True)
+    return digest.hexdigest()
+
+
+def _update_with_tensor(digest: Any, name: str, tensor: Any, *, sample: bool) -> None:
+    """Feed a tensor's identity (and all or a strided sample of its bytes) into a hash."""
+    import torch
+
+    digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}\n".encode())
+    if tensor.device.type == "meta" or tensor.numel() == 0:
+        return
+    flat = tensor.detach().reshape(-1)
+    if sample:
+        step = max(1, flat.numel() // _SAMPLES_PER_TENSOR)
+        flat = flat[::step][:_SAMPLES_PER_TENSOR]
+    data = flat.contiguous().cpu()
+    digest.update(data.view(torch.uint8).numpy().tobytes())
