@@ -63,6 +63,13 @@ def test_hashes_follow_content_not_location(tiny_base_dir, tiny_adapter_dir, tmp
     (edited / "adapter_config.json").write_text(json.dumps(config))
     assert LoadedModel.load(tiny_base_dir, edited).adapter_hash != first.adapter_hash
 
+    # peft writes target_modules from a set, in an order that varies by process: not a different adapter.
+    reordered = _copy(tiny_adapter_dir, tmp_path, "reordered")
+    config = json.loads((reordered / "adapter_config.json").read_text())
+    config["target_modules"] = list(reversed(sorted(config["target_modules"])))
+    (reordered / "adapter_config.json").write_text(json.dumps(config, indent=4))
+    assert LoadedModel.load(tiny_base_dir, reordered).adapter_hash == first.adapter_hash
+
     other_base = save_tiny_base(tmp_path / "other-base", seed=5)
     assert LoadedModel.load(other_base, tiny_adapter_dir).base_model_hash != first.base_model_hash
     # The fingerprint of the wrapped model equals that of the bare base it was built from.

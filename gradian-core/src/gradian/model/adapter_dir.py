@@ -131,14 +131,27 @@ def read_adapter_tensors(files: AdapterFiles) -> dict[str, Any]:
 
 
 def adapter_files_hash(files: AdapterFiles) -> str:
-    """sha256 over the weights file and adapter_config.json, each labelled, so either changing changes the hash."""
+    """sha256 over the weights file and the adapter config, each labelled, so either changing changes the hash.
+
+    The config is hashed in canonical form: peft keeps target_modules in a set, so the same training writes
+    it in a different order from one process to the next, and that must not change the index id.
+    """
     digest = hashlib.sha256()
-    for label, path in (("weights", files.weights), ("config", files.directory / ADAPTER_CONFIG)):
-        digest.update(f"{label}:{path.name}\n".encode())
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
+    digest.update(f"weights:{files.weights.name}\n".encode())
+    with open(files.weights, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    digest.update(b"config:\n" + canonical_adapter_config(files.config).encode())
     return digest.hexdigest()
+
+
+def canonical_adapter_config(config: dict[str, Any]) -> str:
+    """adapter_config.json as sorted JSON, with its unordered name lists sorted."""
+    canonical = dict(config)
+    for key in ("target_modules", "modules_to_save", "exclude_modules"):
+        if isinstance(canonical.get(key), list):
+            canonical[key] = sorted(canonical[key], key=str)
+    return json.dumps(canonical, sort_keys=True, default=str)
 
 
 def check_adapter_fits(base_model: Any, shapes: dict[str, tuple[int, ...]], files: AdapterFiles, base_name: str) -> None:
