@@ -6,6 +6,7 @@ complete (the index has its own atomic, resumable writes).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from gradian.config import GradianConfig
-from gradian.errors import ConfigError
+from gradian.errors import ConfigError, GradientIndexError
 
 # stage name -> a (done, total) progress callback, or None for no progress display
 ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
@@ -58,8 +59,15 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
               eval_dataset: str | Path | None = None, run: str | Path | None = None,
               config: GradianConfig | None = None, index_dir: str | Path | None = None,
               allow_pickle: bool = False, trust_remote_code: bool = False, loaded_model: Any = None,
-              progress: ProgressFactory | None = None, command: Sequence[str] | None = None) -> AttributionOutcome:
-    """Explain a regression: which training examples, clusters and sentences pushed the model toward it."""
+              progress: ProgressFactory | None = None, command: Sequence[str] | None = None,
+              eval_format: str | None = None, refuse_other_index: bool = False) -> AttributionOutcome:
+    """Explain a regression: which training examples, clusters and sentences pushed the model toward it.
+
+    ``eval_format`` declares the eval set's row format (messages, sharegpt, prompt_completion, alpaca); a row in
+    another format is an error. An ``index_dir`` holding the index of other inputs (another adapter, dataset,
+    gradient settings) is rebuilt in place, or, with ``refuse_other_index`` (what `gradian attribute --index`
+    does), refused with an error naming what differs.
+    """
     from gradian.data import load_dataset, load_eval_dataset
     from gradian.evaluation import validate_query_signal
     from gradian.model.loaded import check_unsloth_absent, require_adapter
@@ -69,14 +77,20 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         require_adapter(adapter, "attribute")
         check_unsloth_absent()
     signal_choice = validate_query_signal(config.evaluation.metric, config.evaluation.query_signal)
+    if eval_format is not None and eval_dataset is None:
+        raise ConfigError("an eval set format was declared without an eval set",
+                          "pass --eval-dataset with the file, or drop --eval-format")
     stages = _Stages(progress)
     with stages.stage("load data"):
         examples = load_dataset(dataset)
-        eval_items = load_eval_dataset(eval_dataset) if eval_dataset is not None else None
+        eval_items = (load_eval_dataset(eval_dataset, expected_format=eval_format)
+                      if eval_dataset is not None else None)
         _check_cluster_field(config, examples)
     with stages.stage("load model"):
         loaded = loaded_model if loaded_model is not None else _load_model(
             base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+    if index_dir is not None and refuse_other_index:
+        check_index_dir_matches(index_dir, loaded, examples, config)
     capability = None
     if eval_items is not None:
         capability = _evaluate(loaded, eval_items, config, stages)
@@ -123,6 +137,52 @@ def index_statistics(index: Any, config: GradianConfig) -> Any:
                    for b in stats.blocks)
     return IndexStatistics(dim=index.dim, second_moment=stats.second_moment(), blocks=blocks,
                            projected=index.manifest.projection is not None)
+
+
+# What each section of the index id covers, for the error that names why an index does not fit.
+_SPEC_PARTS = (
+    ("checkpoint", "another adapter"),
+    ("base_model", "another base model"),
+    ("dataset", "another training set (or the same rows in another order)"),
+    ("grads", "other gradient settings (grads.*)"),
+    ("seed", "another grads.seed"),
+    ("damping", "other attribution.damping settings"),
+    ("libraries", "other library versions"),
+)
+
+
+def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequence[Any], config: GradianConfig) -> None:
+    """Refuse an index directory that holds an index of other inputs (another adapter, dataset, settings...).
+
+    The build would replace it: an index the user pointed at on purpose, possibly for another adapter and expensive
+    to rebuild, is refused instead of overwritten.
+    """
+    from gradian.grads.capture import GradientCapture
+    from gradian.index.build import encode_pass, make_plan
+    from gradian.index.manifest import MANIFEST_NAME, read_manifest
+    from gradian.index.store import get_codec
+
+    directory = Path(index_dir).expanduser()
+    if not (directory / MANIFEST_NAME).is_file():
+        return  # empty or new: built there; anything else there is refused by the build itself
+    try:
+        manifest = read_manifest(directory)
+    except GradientIndexError:  # damaged or another format version: build_index replaces or refuses it
+        return
+    capture = GradientCapture.from_config(loaded, config.grads)
+    _, ids_sha, encoded_sha = encode_pass(examples, loaded.tokenizer, config.grads.max_seq_length)
+    plan = make_plan(loaded, capture, config, examples, ids_sha, encoded_sha, directory,
+                     get_codec(config.grads.codec), examples)
+    if plan.index_id == manifest.index_id:
+        return
+    differs = [what for key, what in _SPEC_PARTS if manifest.spec.get(key) != plan.spec.get(key)]
+    reason = "; ".join(differs) if differs else "other inputs"
+    raise GradientIndexError(
+        f"--index {directory} holds gradient index {manifest.index_id}, built from {reason}, not from the inputs "
+        f"of this run (index id {plan.index_id})",
+        "pass the index built for this adapter and dataset, a new or empty --index directory, or leave --index out "
+        "to use the cache; gradian attribute never overwrites an index it is pointed at",
+    )
 
 
 def _load_model(base_model: str, adapter: Any, *, allow_pickle: bool, trust_remote_code: bool) -> Any:
@@ -204,11 +264,17 @@ def _span_drills(capture: Any, tokenizer: Any, examples: Sequence[Any], scores: 
     return drills
 
 
+# Build-record fields that differ between two builds of the same index (gradian show-index prints them).
+_VOLATILE_BUILD_KEYS = ("created_at", "seconds", "computed_examples")
+
+
 def _provenance(config: GradianConfig, command: Sequence[str] | None, index: Any = None) -> Any:
     # Stage timings stay out of the report: two runs on the same inputs must write the same report.
     from gradian.report import Provenance, command_line
 
     manifest = index.manifest.to_dict() if index is not None else {}
+    if "build" in manifest:  # when and how fast the index was built differs between identical builds
+        manifest["build"] = {k: v for k, v in manifest["build"].items() if k not in _VOLATILE_BUILD_KEYS}
     return Provenance(command=command_line(command), manifest=manifest,
                       index_id=index.index_id if index is not None else None, config=config.to_dict())
 
@@ -219,7 +285,7 @@ def _refuse(capability: Any, config: GradianConfig, out: str | Path, stages: _St
 
     report = refusal_report(capability=capability, provenance=_provenance(config, command))
     files = write_report(report, Path(out))
-    return AttributionOutcome(report, Path(out), files, None, dict(stages.timings))
+    return AttributionOutcome(_as_written(files), Path(out), files, None, dict(stages.timings))
 
 
 def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Sequence[str] | None, *, index: Any,
@@ -237,4 +303,9 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
                                     texts=texts, provenance=provenance, clusters=clusters, spans=drills,
                                     query_signal=signal_choice)
     files = write_report(report, Path(out), scores=scores, clusters=clusters)
-    return AttributionOutcome(report, Path(out), files, index, dict(stages.timings))
+    return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))
+
+
+def _as_written(files: Any) -> dict[str, Any]:
+    """The report exactly as report.json holds it (writing adds the plot files it drew)."""
+    return json.loads(Path(files.json).read_text(encoding="utf-8"))

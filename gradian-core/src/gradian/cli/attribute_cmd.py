@@ -19,7 +19,10 @@ from gradian.cli.options import (
 )
 
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report directory (report.md, report.json, plots).")]
-IndexOption = Annotated[Optional[Path], typer.Option("--index", help="Gradient index directory (default: the cache, keyed by the index id).")]
+IndexOption = Annotated[Optional[Path], typer.Option("--index", help="Gradient index directory (default: the cache, keyed by the index id); one holding the index of other inputs is refused, not overwritten.")]
+EvalFormatOption = Annotated[Optional[str], typer.Option(
+    "--eval-format", help="Declare the eval set's row format (messages, sharegpt, prompt_completion, alpaca); "
+                          "a row in another format is an error.")]
 AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (runs code from the file; off by default).")]
 
 
@@ -28,6 +31,7 @@ def attribute(
     adapter: AdapterOption = None,
     dataset: DatasetOption = None,
     eval_dataset: EvalDatasetOption = None,
+    eval_format: EvalFormatOption = None,
     run: RunOption = None,
     out: OutOption = None,
     index: IndexOption = None,
@@ -37,9 +41,8 @@ def attribute(
     trust_remote_code: TrustRemoteCodeFlag = False,
 ) -> None:
     """Measure the regression, then rank the examples, clusters and sentences that pushed the model toward it."""
-    import sys
-
     from gradian.attribution.api import attribute as run_attribution
+    from gradian.cli.app import invoked_command
     from gradian.cli.options import load_cli_config
     from gradian.cli.progress import stage_bars
     from gradian.errors import ConfigError
@@ -55,7 +58,8 @@ def attribute(
         outcome = run_attribution(base_model=base_model or "", adapter=adapter, dataset=dataset, out=out,
                                   eval_dataset=eval_dataset, run=run, config=cfg, index_dir=index,
                                   allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, progress=bars,
-                                  command=["gradian", *sys.argv[1:]])
+                                  command=invoked_command(), eval_format=eval_format,
+                                  refuse_other_index=index is not None)
     typer.echo(verdict_text(outcome.report))
     typer.echo("stages: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in outcome.timings.items()))
     typer.echo(f"report: {outcome.out_dir / 'report.md'}")
