@@ -5,7 +5,13 @@ from __future__ import annotations
 import gradian
 
 # "module:attr" of each family's tuple of AuditCheck records, imported when checks are collected.
-CHECK_FAMILIES: tuple[str, ...] = ()
+CHECK_FAMILIES: tuple[str, ...] = (
+    "gradian_checks.data_schema:CHECKS",
+    "gradian_checks.data_duplicates:CHECKS",
+    "gradian_checks.data_tokens:CHECKS",
+    "gradian_checks.config:CHECKS",
+    "gradian_checks.dynamics:CHECKS",
+)
 
 
 @gradian.hookimpl

@@ -6,8 +6,13 @@ from gradian.hookspecs import hookimpl
 
 # Filled in by the modules that own each built-in; kept as "module:attr" strings so that listing
 # plugins imports nothing heavy.
-BUILTIN_CODECS: tuple[str, ...] = ()
-BUILTIN_READERS: tuple[str, ...] = ()
+BUILTIN_CODECS: tuple[str, ...] = ("gradian.index.codecs.npy:NPY_CODEC",)
+BUILTIN_READERS: tuple[str, ...] = (
+    "gradian.audit.runlog.hf_trainer:READER",
+    "gradian.audit.runlog.axolotl:READER",
+    "gradian.audit.runlog.llamafactory:READER",
+    "gradian.audit.runlog.plain:READER",
+)
 
 
 @hookimpl

@@ -52,6 +52,7 @@ class TrainResult:
     steps: int
     seconds: float
     backend: str
+    notes: tuple[str, ...] = ()  # what a user should know about what was trained on (skipped examples, ...)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class MetricPoint:
     learning_rate: float | None = None
     eval_loss: float | None = None
     mean_token_accuracy: float | None = None
+    num_tokens: float | None = None
     line: int | None = None  # where it was read from, for evidence
 
 
@@ -115,6 +117,9 @@ class RunConfig:
     use_rslora: bool | None = None
     modules_to_save: tuple[str, ...] | None = None
     seed: int | None = None
+    finetuning_type: str | None = None  # "lora" | "qlora" | "full"
+    framework: str | None = None  # "transformers" | "trl" | "axolotl" | "llamafactory" | "custom"
+    group_by_length: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class RunArtifact:
     global_step: int | None = None
     finished: bool | None = None
     adapter_config: Mapping[str, Any] = field(default_factory=dict)
+    adapter_dir: Path | None = None  # a PEFT adapter found inside the run dir (top level or latest checkpoint)
     framework_versions: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)  # field name -> "file[:line]" it came from
 

@@ -1,0 +1,270 @@
+"""The diagnose runner: load the inputs, pick the checks, run those whose needs are met, collect findings."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradian.audit.context import NEED_FLAGS, AuditContext
+from gradian.config import GradianConfig
+from gradian.errors import ConfigError, DatasetError, GradianError
+from gradian.records import FAMILIES, SEVERITIES, AuditCheck, Evidence, Finding, Need, RunArtifact
+
+FAIL_ON = ("error", "warning", "never")
+SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
+
+
+@dataclass(frozen=True)
+class SkippedCheck:
+    """A selected check that did not run because an input it needs was not given."""
+
+    id: str
+    family: str
+    missing: tuple[Need, ...]
+
+    def reason(self) -> str:
+        """What to pass to run it."""
+        return "needs " + " and ".join(dict.fromkeys(NEED_FLAGS[need] for need in self.missing))
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    """A check that raised instead of returning findings (a bug in the check, reported, never fatal)."""
+
+    id: str
+    error: str
+
+
+@dataclass(frozen=True)
+class DiagnoseReport:
+    """Everything one diagnose run found, skipped and failed, with the inputs it read."""
+
+    findings: tuple[Finding, ...]
+    ran: tuple[str, ...]
+    skipped: tuple[SkippedCheck, ...]
+    failed: tuple[FailedCheck, ...]
+    checks: Mapping[str, AuditCheck]
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    timings: Mapping[str, float] = field(default_factory=dict)
+    run: RunArtifact | None = None
+
+    def counts(self) -> dict[str, int]:
+        """Number of findings per severity."""
+        counts = {severity: 0 for severity in SEVERITIES}
+        for finding in self.findings:
+            counts[finding.severity] += 1
+        return counts
+
+    def flagged_steps(self) -> dict[str, list[int]]:
+        """Steps named in the evidence of each finding (for plots)."""
+        steps: dict[str, list[int]] = {}
+        for finding in self.findings:
+            found = sorted({step for evidence in finding.evidence for step in evidence.steps})
+            if found:
+                steps.setdefault(finding.check_id, []).extend(found)
+        return steps
+
+
+def resolve_selection(checks: Mapping[str, AuditCheck], select: Sequence[str] = (), ignore: Sequence[str] = ()) -> list[AuditCheck]:
+    """The checks named by ``--select`` (all when empty) minus ``--ignore``; items are ids or families."""
+
+    def expand(items: Sequence[str], flag: str) -> set[str]:
+        chosen: set[str] = set()
+        for item in (part.strip() for raw in items for part in raw.split(",")):
+            if not item:
+                continue
+            if item in FAMILIES:
+                chosen.update(cid for cid, check in checks.items() if check.family == item)
+            elif item in checks:
+                chosen.add(item)
+            else:
+                import difflib
+
+                close = difflib.get_close_matches(item, list(checks) + list(FAMILIES), n=1)
+                hint = f"did you mean {close[0]}?" if close else "run `gradian diagnose --list` to see the check ids"
+                raise ConfigError(f"{flag}: {item!r} is neither a check id nor a family ({', '.join(FAMILIES)})", hint)
+        return chosen
+
+    selected = expand(select, "--select") if select else set(checks)
+    selected -= expand(ignore, "--ignore")
+    return [check for cid, check in checks.items() if cid in selected]
+
+
+def _capped(finding: Finding, limit: int) -> Finding:
+    if len(finding.evidence) <= limit:
+        return finding
+    rest = len(finding.evidence) - limit
+    more = Evidence(text=f"... and {rest} more", values={"omitted": rest})
+    return Finding(finding.check_id, finding.severity, finding.message, finding.fix, finding.evidence[:limit] + (more,))
+
+
+def _sort_key(checks: Mapping[str, AuditCheck]):
+    order = {family: rank for rank, family in enumerate(FAMILIES)}
+
+    def key(finding: Finding) -> tuple[int, int, str]:
+        check = checks.get(finding.check_id)
+        return (SEVERITY_RANK.get(finding.severity, 9), order.get(check.family, 9) if check else 9, finding.check_id)
+
+    return key
+
+
+def run_checks(ctx: AuditContext, checks: Iterable[AuditCheck], inputs: Mapping[str, Any] | None = None) -> DiagnoseReport:
+    """Run every check whose needs the context meets; the rest are reported as skipped."""
+    started = time.perf_counter()
+    checks = list(checks)
+    have = ctx.available()
+    findings: list[Finding] = []
+    ran, skipped, failed = [], [], []
+    timings: dict[str, float] = {}
+    for check in checks:
+        missing = tuple(need for need in sorted(check.needs) if need not in have)
+        if missing:
+            skipped.append(SkippedCheck(check.id, check.family, missing))
+            continue
+        began = time.perf_counter()
+        try:
+            produced = list(check.run(ctx) or ())
+        except GradianError:
+            raise  # the user's input is at fault (a model that does not load, ...): one line, exit 2
+        except Exception as error:  # a buggy check is reported, and the others still run
+            failed.append(FailedCheck(check.id, f"{type(error).__name__}: {error}".splitlines()[0]))
+            continue
+        finally:
+            timings[check.id] = time.perf_counter() - began
+        ran.append(check.id)
+        for finding in produced:
+            if finding.severity not in SEVERITIES:
+                failed.append(FailedCheck(check.id, f"finding with unknown severity {finding.severity!r}"))
+                continue
+            findings.append(_capped(finding, ctx.thresholds.max_evidence))
+    findings.sort(key=_sort_key({c.id: c for c in checks}))
+    return DiagnoseReport(
+        findings=tuple(findings), ran=tuple(ran), skipped=tuple(skipped), failed=tuple(failed),
+        checks={c.id: c for c in checks}, inputs=dict(inputs or {}), seconds=time.perf_counter() - started,
+        timings=timings, run=ctx.run,
+    )
+
+
+def exit_code(report: DiagnoseReport, fail_on: str) -> int:
+    """1 when a finding at or above ``fail_on`` exists (or a check crashed and fail_on is not never), else 0."""
+    if fail_on not in FAIL_ON:
+        raise ConfigError(f"--fail-on {fail_on!r} is unknown", f"use one of: {', '.join(FAIL_ON)}")
+    if fail_on == "never":
+        return 0
+    threshold = SEVERITY_RANK[fail_on]
+    if report.failed or any(SEVERITY_RANK[f.severity] <= threshold for f in report.findings):
+        return 1
+    return 0
+
+
+def ensure_utf8(path: Path) -> None:
+    """A text dataset that is not UTF-8 is an input error (file:line), not a row to report."""
+    path = Path(path)
+    if not path.is_file() or path.suffix.lower() == ".parquet":
+        return
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise DatasetError(f"{path}:{line}: the dataset is not UTF-8 (byte 0x{data[error.start]:02x})",
+                           "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+
+
+def build_context(
+    config: GradianConfig,
+    *,
+    dataset: Path | None = None,
+    eval_dataset: Path | None = None,
+    run: Path | None = None,
+    run_format: str | None = None,
+    adapter: Path | None = None,
+    base_model: str | None = None,
+    tokenizer: Any = None,
+    trust_remote_code: bool = False,
+    plugins: Any = None,
+) -> tuple[AuditContext, dict[str, Any]]:
+    """Load every input that was given into an AuditContext, and describe the inputs for the report."""
+    from gradian.audit.adapter import read_adapter
+    from gradian.audit.runlog import read_run
+
+    inputs: dict[str, Any] = {}
+    scan = eval_scan = artifact = adapter_info = None
+    if dataset is not None:
+        from gradian.data import scan_dataset
+
+        ensure_utf8(Path(dataset))
+        scan = scan_dataset(dataset)
+        inputs["dataset"] = {"path": str(dataset), "rows": scan.rows, "bad_rows": len(scan.problems)}
+    if eval_dataset is not None:
+        from gradian.data import scan_dataset
+
+        ensure_utf8(Path(eval_dataset))
+        eval_scan = scan_dataset(eval_dataset)
+        eval_scan.raise_first()
+        inputs["eval_dataset"] = {"path": str(eval_dataset), "rows": eval_scan.rows}
+    if run is not None:
+        readers = (plugins or _plugins()).run_log_readers()
+        artifact = read_run(Path(run), run_format, readers)
+        inputs["run"] = {"path": str(run), "reader": artifact.reader, "logged_points": len(artifact.metrics),
+                         "global_step": artifact.global_step}
+    if adapter is not None:
+        adapter_info = read_adapter(Path(adapter))
+        inputs["adapter"] = {"path": str(adapter), "tensors": len(adapter_info.tensors)}
+    elif artifact is not None and artifact.adapter_dir is not None and (artifact.adapter_dir / "adapter_model.safetensors").is_file():
+        adapter_info = read_adapter(artifact.adapter_dir)
+        inputs["adapter"] = {"path": str(artifact.adapter_dir), "tensors": len(adapter_info.tensors),
+                             "found_in_run_dir": True}
+    if base_model is not None:
+        inputs["base_model"] = str(base_model)
+    ctx = AuditContext(config, dataset=scan, eval_dataset=eval_scan, run=artifact, adapter=adapter_info,
+                       base_model=base_model, tokenizer=tokenizer, trust_remote_code=trust_remote_code)
+    return ctx, inputs
+
+
+def _plugins() -> Any:
+    from gradian.plugins import get_plugins
+
+    return get_plugins()
+
+
+def diagnose(
+    *,
+    dataset: Path | str | None = None,
+    run: Path | str | None = None,
+    run_format: str | None = None,
+    adapter: Path | str | None = None,
+    base_model: str | None = None,
+    eval_dataset: Path | str | None = None,
+    config: GradianConfig | None = None,
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    tokenizer: Any = None,
+    trust_remote_code: bool = False,
+    plugins: Any = None,
+) -> DiagnoseReport:
+    """Run the audit checks on whatever inputs are given (Python API of `gradian diagnose`)."""
+    if dataset is None and run is None and adapter is None:
+        raise DatasetError("diagnose needs something to audit", "pass --dataset, and --run for config and dynamics checks")
+    started = time.perf_counter()
+    plugins = plugins or _plugins()
+    checks = resolve_selection(plugins.audit_checks(), select, ignore)
+    ctx, inputs = build_context(
+        config or GradianConfig(),
+        dataset=Path(dataset) if dataset is not None else None,
+        eval_dataset=Path(eval_dataset) if eval_dataset is not None else None,
+        run=Path(run) if run is not None else None,
+        run_format=run_format,
+        adapter=Path(adapter) if adapter is not None else None,
+        base_model=base_model,
+        tokenizer=tokenizer,
+        trust_remote_code=trust_remote_code,
+        plugins=plugins,
+    )
+    report = run_checks(ctx, checks, inputs)
+    return dataclasses.replace(report, seconds=time.perf_counter() - started)
