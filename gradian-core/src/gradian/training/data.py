@@ -57,7 +57,9 @@ def training_examples(job: TrainJob) -> tuple[list[Any], tuple[str, ...]]:
 
     examples = list(load_dataset(job.dataset))
     for extra in job.extra_datasets:
-        examples.extend(load_dataset(extra))
+        # Positions continue across files, as if the extras were appended to the dataset: each file's own ids
+        # restart at ex-000000, so the same row in two files (or one file passed twice) would share an id.
+        examples.extend(_renumbered(load_dataset(extra), offset=len(examples)))
     known = {example.id for example in examples}
     unknown = sorted(set(job.drop_ids) - known)
     if unknown:
@@ -71,6 +73,16 @@ def training_examples(job: TrainJob) -> tuple[list[Any], tuple[str, ...]]:
     if not kept:
         raise TrainingError(f"nothing left to train on in {job.dataset}", "drop fewer examples")
     return kept, dropped
+
+
+def _renumbered(examples: Sequence[Any], offset: int) -> list[Any]:
+    """The examples with positions (and the ids that embed them) shifted by ``offset``."""
+    import dataclasses
+
+    from gradian.data.examples import example_id
+
+    return [dataclasses.replace(example, index=offset + position, id=example_id(offset + position, example.content_sha256))
+            for position, example in enumerate(examples)]
 
 
 def encode_training_set(job: TrainJob, tokenizer: Any) -> EncodedSet:

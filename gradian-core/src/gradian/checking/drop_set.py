@@ -1,0 +1,213 @@
+"""What `gradian verify` drops: the accused (or a named) cluster of an attribution report, or ids from a file.
+
+The report's provenance also names the inputs it was made from (base model, adapter, dataset, eval set, run
+dir, index), which become verify's defaults. Cluster membership is recomputed the way the report decided it:
+from the dataset field it names, or, for automatic clusters, by re-running the same seeded k-means on the
+report's gradient index (cluster names are only meaningful for that index).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import DatasetError, GradianError
+
+REPORT_JSON = "report.json"
+REPORT_SCHEMA_PREFIX = "gradian.report/"
+# Flags of `gradian attribute` whose values verify can take as defaults.
+COMMAND_FLAGS = ("--base-model", "--adapter", "--dataset", "--eval-dataset", "--run", "--index")
+
+
+class VerifyInputError(GradianError):
+    """A report, drop file or drop set that `gradian verify` cannot use."""
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """An attribution report and what its provenance says about the inputs it was made from."""
+
+    directory: Path
+    report: Mapping[str, Any]
+    flags: Mapping[str, str]  # attribute's command-line flags (--dataset ...) as the report recorded them
+    sources: Mapping[str, Any]  # the index manifest's sources (base_model, adapter, dataset, dataset_file_sha256)
+    config: Mapping[str, Any]  # the config the report was made with
+
+    @property
+    def accused(self) -> str | None:
+        """The accused cluster's name, or None when the report accuses none."""
+        return (self.report.get("verdict") or {}).get("accused_cluster")
+
+    @property
+    def ranked_clusters(self) -> list[Mapping[str, Any]]:
+        """The report's clusters, strongest first ({rank, name, size, ...})."""
+        return list((self.report.get("clusters") or {}).get("ranked") or [])
+
+    @property
+    def cluster_method(self) -> Mapping[str, Any]:
+        """How cluster membership was decided: {method: field|auto, field, knobs}."""
+        return ((self.report.get("method") or {}).get("clusters")) or {}
+
+    @property
+    def index_id(self) -> str | None:
+        """The id of the gradient index the report scored."""
+        return (self.report.get("provenance") or {}).get("index_id")
+
+    def named(self, key: str) -> str | None:
+        """An input the report names: the index manifest's record first (what was really indexed), else the command."""
+        value = self.sources.get(key) if key in ("base_model", "adapter", "dataset") else None
+        if not value:
+            value = self.flags.get(f"--{key.replace('_', '-')}")
+        return str(value) if value else None
+
+
+@dataclass(frozen=True)
+class DropSet:
+    """The examples to drop, in dataset order, and where the choice came from."""
+
+    ids: tuple[str, ...]
+    origin: str  # one phrase for verify.md: "accused cluster `x` of report DIR (dataset field `source`)"
+    cluster: str | None = None
+    membership: str | None = None  # how cluster membership was decided
+    positions: tuple[int, ...] = field(default=(), compare=False)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def read_report(directory: Path | str) -> ReportInputs:
+    """Read ``report.json`` of an attribution report directory."""
+    directory = Path(directory)
+    path = directory / REPORT_JSON
+    if not directory.is_dir():
+        raise VerifyInputError(f"report directory {directory} does not exist",
+                               "pass the --out directory of a gradian attribute run")
+    if not path.is_file():
+        raise VerifyInputError(f"{directory} is not an attribution report (no {REPORT_JSON})",
+                               "pass the --out directory of a gradian attribute run")
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise VerifyInputError(f"{path} cannot be read as JSON: {error}", "rerun gradian attribute") from None
+    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith(REPORT_SCHEMA_PREFIX):
+        raise VerifyInputError(f"{path} is not a gradian attribution report (schema {report.get('schema')!r})"
+                               if isinstance(report, dict) else f"{path} is not a JSON object",
+                               "pass the --out directory of a gradian attribute run")
+    provenance = report.get("provenance") or {}
+    manifest = provenance.get("manifest") or {}
+    return ReportInputs(directory=directory, report=report, flags=command_flags(provenance.get("command") or ""),
+                        sources=dict(manifest.get("sources") or {}), config=dict(provenance.get("config") or {}))
+
+
+def command_flags(command: str) -> dict[str, str]:
+    """The values of attribute's input flags in a recorded command line (``--flag value`` or ``--flag=value``)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return {}
+    flags: dict[str, str] = {}
+    for position, word in enumerate(words):
+        name, equals, value = word.partition("=")
+        if name not in COMMAND_FLAGS:
+            continue
+        if equals:
+            flags[name] = value
+        elif position + 1 < len(words):
+            flags[name] = words[position + 1]
+    return flags
+
+
+def cluster_drop_set(report: ReportInputs, examples: Sequence[Any], *, cluster: str | None = None,
+                     chunk_size: int = 1024) -> DropSet:
+    """The members of the report's accused cluster (or of ``cluster``), recomputed on ``examples``."""
+    ranked = report.ranked_clusters
+    name = cluster or report.accused
+    if name is None:
+        verdict = report.report.get("verdict") or {}
+        strongest = ", ".join(f"{row['name']} ({row['size']})" for row in ranked[:3])
+        raise VerifyInputError(
+            f"the report in {report.directory} accuses no cluster ({verdict.get('headline') or verdict.get('kind')})",
+            "pass --cluster NAME to drop one of its clusters" + (f" (strongest: {strongest})" if strongest else "")
+            + ", or --drop ids.txt with the example ids to drop")
+    sizes = {row["name"]: int(row["size"]) for row in ranked}
+    if name not in sizes:
+        known = ", ".join(list(sizes)[:8]) or "none"
+        raise VerifyInputError(f"the report in {report.directory} has no cluster named {name!r}",
+                               f"its clusters are: {known}")
+    method = report.cluster_method
+    if method.get("method") == "field":
+        assignment = _field_assignment(examples, str(method.get("field")))
+        membership = f"dataset field `{method.get('field')}`"
+    else:
+        assignment = _auto_assignment(report, examples, method, chunk_size)
+        membership = "automatic clusters recomputed on the report's gradient index"
+    if name not in assignment.names or int(assignment.sizes[assignment.names.index(name)]) != sizes[name]:
+        found = int(assignment.sizes[assignment.names.index(name)]) if name in assignment.names else 0
+        raise VerifyInputError(
+            f"cluster {name!r} has {found} members in this dataset but {sizes[name]} in the report",
+            "pass the --dataset the report was made from, or --drop ids.txt with the ids to drop")
+    positions = tuple(int(p) for p in assignment.members(name))
+    role = "accused cluster" if cluster is None or cluster == report.accused else "cluster"
+    return DropSet(ids=tuple(examples[p].id for p in positions),
+                   origin=f"{role} `{name}` of the report in {report.directory} ({membership})",
+                   cluster=name, membership=membership, positions=positions)
+
+
+def file_drop_set(path: Path | str, examples: Sequence[Any], dataset_label: str = "the dataset") -> DropSet:
+    """The ids listed in a file (one per line; blank lines and # comments skipped), checked against ``examples``."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise VerifyInputError(f"--drop file {path} does not exist", "pass a text file with one example id per line") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise VerifyInputError(f"--drop file {path} cannot be read: {error}",
+                               "pass a UTF-8 text file with one example id per line") from None
+    positions = {example.id: position for position, example in enumerate(examples)}
+    wanted: dict[str, int] = {}
+    for line_number, line in enumerate(lines, start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        if text not in positions:
+            raise DatasetError(
+                f"{path}:{line_number}: id {text!r} is not in {dataset_label} ({len(examples)} examples)",
+                "ids embed the position and content hash (ex-000123-1a2b3c4d); take them from a report made on "
+                "this exact dataset, in the same order")
+        wanted[text] = positions[text]
+    if not wanted:
+        raise VerifyInputError(f"--drop file {path} lists no example ids", "write one example id per line")
+    ordered = sorted(wanted.values())
+    return DropSet(ids=tuple(examples[p].id for p in ordered), origin=f"{len(ordered)} ids listed in {path}",
+                   positions=tuple(ordered))
+
+
+def _field_assignment(examples: Sequence[Any], field_name: str) -> Any:
+    from gradian.attribution.clusters import clusters_from_field
+
+    return clusters_from_field(examples, field_name)
+
+
+def _auto_assignment(report: ReportInputs, examples: Sequence[Any], method: Mapping[str, Any], chunk_size: int) -> Any:
+    """The report's automatic clusters, recomputed with its knobs on the index it scored."""
+    from gradian.attribution.clusters import DEFAULT_SKETCH_DIM, auto_clusters
+    from gradian.index import default_index_dir, open_index
+
+    named = report.named("index")
+    index_dir = Path(named) if named else (default_index_dir(report.index_id) if report.index_id else None)
+    if index_dir is None or not (index_dir / "manifest.json").is_file():
+        raise VerifyInputError(
+            f"the report's clusters are automatic and its gradient index ({report.index_id or 'unknown id'}) is not "
+            f"at {index_dir}" if index_dir is not None else "the report names no gradient index",
+            "rerun gradian attribute to rebuild it, or pass --drop ids.txt with the example ids to drop")
+    index = open_index(index_dir)
+    if tuple(index.ids) != tuple(example.id for example in examples):
+        raise VerifyInputError(f"the gradient index at {index_dir} was built from another dataset than --dataset",
+                               "pass the --dataset the report was made from")
+    knobs = method.get("knobs") or {}
+    return auto_clusters(index, num_clusters=knobs.get("k_requested"), seed=int(knobs.get("seed", 0)),
+                         chunk_size=chunk_size, sketch_dim=int(knobs.get("sketch_dim") or DEFAULT_SKETCH_DIM))

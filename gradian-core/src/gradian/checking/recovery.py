@@ -1,0 +1,120 @@
+"""How much of the lost capability a retrain without some examples gets back, with a paired bootstrap CI.
+
+Per eval item i there are three scores: ``base`` (adapter off), ``full`` (the model trained on everything) and
+``dropped`` (trained without the drop set). The fine-tune lost ``mean(base - full)``; dropping recovered
+``mean(dropped - full)``; the recovered fraction is their ratio: 1 means dropping gave back all of it, 0 nothing,
+negative that dropping made it worse still. Both come with percentile intervals from one joint resampling of the
+items (the same resampled items for the numerator and the denominator, so their correlation is kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Resample indices are drawn in chunks of about this many numbers (the rule gradian.evaluation.paired_bootstrap
+# uses), so a small eval set draws exactly the resamples paired_bootstrap would for the same seed.
+_CHUNK_ELEMENTS = 4_000_000
+# Below this lost capability (in metric units) the ratio is noise over nothing and is not reported.
+MIN_LOST = 1e-12
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Recovered delta and fraction of one retrained model, with their bootstrap intervals."""
+
+    lost: float  # mean(base - full): what the fine-tune took away
+    recovered: float  # mean(dropped - full)
+    recovered_low: float
+    recovered_high: float
+    fraction: float | None  # recovered / lost; None when nothing was lost
+    fraction_low: float | None
+    fraction_high: float | None
+    confidence: float
+    samples: int
+    seed: int
+    fraction_resamples: int  # resamples in which something was lost, over which the fraction's CI is taken
+    # fraction_low / fraction_high are None when fewer than ``confidence`` of the resamples lost anything
+
+    @property
+    def recovered_significant(self) -> bool:
+        """True when the recovered delta's interval lies above zero."""
+        return self.recovered_low > 0.0
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How much more one drop set recovered than another: mean(dropped_a - dropped_b) with its interval."""
+
+    delta: float
+    low: float
+    high: float
+
+    @property
+    def significant(self) -> bool:
+        """True when the interval lies above zero (a recovered more than b)."""
+        return self.low > 0.0
+
+
+def recovered_fraction(base: Sequence[float], full: Sequence[float], dropped: Sequence[float]) -> float | None:
+    """(mean(dropped) - mean(full)) / (mean(base) - mean(full)); None when the full model lost nothing."""
+    b, f, d = _arrays(base, full, dropped)
+    lost = float(np.mean(b - f))
+    return float(np.mean(d - f)) / lost if lost > MIN_LOST else None
+
+
+def recovery(base: Sequence[float], full: Sequence[float], dropped: Sequence[float], *, samples: int = 10_000,
+             confidence: float = 0.95, seed: int = 0) -> Recovery:
+    """The recovered delta and fraction with percentile CIs from a paired bootstrap over eval items."""
+    b, f, d = _arrays(base, full, dropped)
+    if samples < 1 or not 0.0 < confidence < 1.0:
+        raise ValueError("recovery needs samples >= 1 and 0 < confidence < 1")
+    gained, lost = d - f, b - f
+    gained_means, lost_means = _resampled_means(gained, lost, samples, seed)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(gained_means, [tail, 1.0 - tail])
+    valid = lost_means > MIN_LOST
+    fraction = recovered_fraction(b, f, d)
+    fraction_low = fraction_high = None
+    # When more resamples than the tail lose nothing, the lost capability's own interval reaches zero and the
+    # ratio is unbounded at that confidence: no interval is honest then.
+    if fraction is not None and valid.mean() >= confidence:
+        ratios = gained_means[valid] / lost_means[valid]
+        fraction_low, fraction_high = (float(v) for v in np.quantile(ratios, [tail, 1.0 - tail]))
+    return Recovery(lost=float(lost.mean()), recovered=float(gained.mean()), recovered_low=float(low),
+                    recovered_high=float(high), fraction=fraction, fraction_low=fraction_low,
+                    fraction_high=fraction_high, confidence=float(confidence), samples=int(samples), seed=int(seed),
+                    fraction_resamples=int(valid.sum()))
+
+
+def margin(dropped_a: Sequence[float], dropped_b: Sequence[float], *, samples: int = 10_000,
+           confidence: float = 0.95, seed: int = 0) -> Margin:
+    """mean(dropped_a - dropped_b) over items with its paired bootstrap interval (a: accused, b: a control)."""
+    from gradian.evaluation import paired_bootstrap
+
+    interval = paired_bootstrap(dropped_b, dropped_a, samples=samples, confidence=confidence, seed=seed)
+    return Margin(delta=interval.delta, low=interval.low, high=interval.high)
+
+
+def _arrays(*columns: Sequence[float]) -> list[np.ndarray]:
+    arrays = [np.asarray(column, dtype=np.float64) for column in columns]
+    if arrays[0].ndim != 1 or arrays[0].shape[0] == 0 or any(a.shape != arrays[0].shape for a in arrays):
+        raise ValueError("recovery needs one score per eval item for base, full and dropped (same length, >= 1)")
+    return arrays
+
+
+def _resampled_means(gained: np.ndarray, lost: np.ndarray, samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Means of both differences over the same resampled items, ``samples`` times."""
+    n = gained.shape[0]
+    rng = np.random.default_rng(seed)
+    gained_means = np.empty(samples, dtype=np.float64)
+    lost_means = np.empty(samples, dtype=np.float64)
+    rows = max(1, _CHUNK_ELEMENTS // n)
+    for start in range(0, samples, rows):
+        stop = min(samples, start + rows)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        gained_means[start:stop] = gained[idx].mean(axis=1)
+        lost_means[start:stop] = lost[idx].mean(axis=1)
+    return gained_means, lost_means

@@ -1,0 +1,67 @@
+"""`gradian inject`: plant a known-bad cluster, train, attribute; exit 1 when the planted cluster is not blamed first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gradian.cli.options import (
+    BaseModelOption,
+    ConfigOption,
+    DatasetOption,
+    EvalDatasetOption,
+    SetOption,
+    TrustRemoteCodeFlag,
+)
+
+PoisonOption = Annotated[Optional[Path], typer.Option("--poison", help="Rows to plant (JSONL in the dataset's row format).")]
+OutOption = Annotated[Optional[Path], typer.Option("--out", help="Directory for the combined dataset, model, report, inject.md and inject.json.")]
+BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
+KOption = Annotated[Optional[int], typer.Option("--k", help="k of recall@k (default: the number of planted rows).")]
+LabelOption = Annotated[str, typer.Option("--label", help="Cluster name of the planted rows, in attribution.cluster_field (default field: source).")]
+
+# Exit code when the planted cluster is not blamed first (user errors stay 2).
+NOT_BLAMED_EXIT = 1
+
+
+def inject(
+    base_model: BaseModelOption = None,
+    dataset: DatasetOption = None,
+    poison: PoisonOption = None,
+    eval_dataset: EvalDatasetOption = None,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    out: OutOption = None,
+    backend: BackendOption = "hf",
+    k: KOption = None,
+    label: LabelOption = "gradian-injected",
+    trust_remote_code: TrustRemoteCodeFlag = False,
+) -> None:
+    """Plant a known-bad cluster, train and attribute; exit 0 when it is blamed first, 1 when it is not."""
+    import contextlib
+    import sys
+
+    from gradian.checking.inject import plan_inject, run_inject
+    from gradian.cli.progress import stage_bars
+    from gradian.train import resolve_backend
+
+    resolve_backend(backend)
+    plan = plan_inject(base_model=base_model, dataset=dataset, poison=poison, eval_dataset=eval_dataset, out=out,
+                       config_path=config, overrides=set_ or (), k=k, label=label, backend=backend,
+                       trust_remote_code=trust_remote_code)
+    # Trainers print their log dicts to stdout; stdout is kept for the verdict, so scripts can read it.
+    with stage_bars() as bars, contextlib.redirect_stdout(sys.stderr):
+        outcome = run_inject(plan, say=lambda text: typer.echo(text, err=True), progress=bars,
+                             command=["gradian", *sys.argv[1:]])
+    typer.echo(outcome.result["verdict"]["headline"])
+    typer.echo(outcome.result["verdict"]["summary"])
+    typer.echo(f"inject: {outcome.markdown_path}")
+    if not outcome.passed:
+        raise typer.Exit(NOT_BLAMED_EXIT)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the app."""
+    app.command("inject")(inject)

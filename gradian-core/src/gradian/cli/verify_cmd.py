@@ -1,0 +1,67 @@
+"""`gradian verify`: drop the accused cluster, retrain, re-evaluate, next to random drops of the same size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gradian.cli.options import (
+    AdapterOption,
+    BaseModelOption,
+    ConfigOption,
+    DatasetOption,
+    EvalDatasetOption,
+    SetOption,
+    TrustRemoteCodeFlag,
+)
+
+ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Attribution report dir (the --out of gradian attribute); its accused cluster is dropped and its inputs are the defaults.")]
+DropOption = Annotated[Optional[Path], typer.Option("--drop", help="Text file of example ids to drop, one per line (instead of the report's accused cluster).")]
+ClusterOption = Annotated[Optional[str], typer.Option("--cluster", help="Drop this cluster of the --report instead of the accused one.")]
+ControlsOption = Annotated[int, typer.Option("--controls", help="Random drop sets of the same size to compare with (seeded by attribution.seed).")]
+OutOption = Annotated[Optional[Path], typer.Option("--out", help="Directory for verify.md, verify.json and the retrained models.")]
+BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
+RetrainFullFlag = Annotated[bool, typer.Option("--retrain-full", help="Retrain the full dataset with the same backend and config instead of using the original adapter, so only the dropped examples differ.")]
+
+
+def verify(
+    report: ReportOption = None,
+    drop: DropOption = None,
+    cluster: ClusterOption = None,
+    base_model: BaseModelOption = None,
+    adapter: AdapterOption = None,
+    dataset: DatasetOption = None,
+    eval_dataset: EvalDatasetOption = None,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    controls: ControlsOption = 1,
+    out: OutOption = None,
+    backend: BackendOption = "hf",
+    retrain_full: RetrainFullFlag = False,
+    trust_remote_code: TrustRemoteCodeFlag = False,
+) -> None:
+    """Check an attribution by retraining without the accused cluster: how much of the lost capability comes back."""
+    import contextlib
+    import sys
+
+    from gradian.checking.verify import plan_verify, run_verify
+    from gradian.train import resolve_backend
+
+    resolve_backend(backend)  # an unknown or missing backend fails before anything is read or trained
+    plan = plan_verify(out=out, report_dir=report, drop_file=drop, cluster=cluster, base_model=base_model,
+                       adapter=adapter, dataset=dataset, eval_dataset=eval_dataset, config_path=config,
+                       overrides=set_ or (), controls=controls, backend=backend, retrain_full=retrain_full,
+                       trust_remote_code=trust_remote_code)
+    # Trainers print their log dicts to stdout; stdout is kept for the verdict, so scripts can read it.
+    with contextlib.redirect_stdout(sys.stderr):
+        outcome = run_verify(plan, say=lambda text: typer.echo(text, err=True), command=["gradian", *sys.argv[1:]])
+    typer.echo(outcome.result["verdict"]["headline"])
+    typer.echo(outcome.result["verdict"]["summary"])
+    typer.echo(f"verify: {outcome.markdown_path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the app."""
+    app.command("verify")(verify)

@@ -1,0 +1,60 @@
+"""`gradian verify` on the injected scenario: dropping the accused cluster recovers more than a random drop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gradian.cli.app import main
+from tests.integration.injection_case import inject_runs
+from tests.support.scenario import single_thread
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    _, _, run = inject_runs(tmp_path_factory)
+    assert run.code == 0, run.stdout
+    return Path(run.result["inputs"]["report"])
+
+
+def test_dropping_the_accused_cluster_recovers_more_than_a_random_control(report_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
+    with single_thread():
+        code = main(["verify", "--report", str(report_dir), "--out", str(tmp_path / "verify"), "--controls", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result = json.loads((tmp_path / "verify" / "verify.json").read_text())
+    dropped = next(row for row in result["models"] if row["role"] == "dropped")
+    control = next(row for row in result["models"] if row["role"] == "control")
+    ev = result["evaluation"]
+    print(f"\nverify: base {ev['base_mean']:.3f}, full {ev['full_mean']:.3f}, lost {ev['lost']:.3f}; "
+          f"dropped {dropped['mean']:.3f} -> fraction {dropped['fraction']:.2f} "
+          f"[{dropped['fraction_low']}, {dropped['fraction_high']}], recovered {dropped['recovered']:+.3f} "
+          f"[{dropped['recovered_low']:+.3f}, {dropped['recovered_high']:+.3f}]; control {control['mean']:.3f} -> "
+          f"fraction {control['fraction']:.2f}; accused minus control {result['comparisons'][0]['delta']:+.3f} "
+          f"[{result['comparisons'][0]['low']:+.3f}, {result['comparisons'][0]['high']:+.3f}]")
+    assert result["drop"]["cluster"] == "gradian-injected" and result["drop"]["size"] == 14
+    assert result["inputs"]["full_model"] == "the original adapter"
+    assert any("gradian-train.yaml" in source for source in result["inputs"]["config_sources"])
+    assert ev["lost"] > 0 and ev["base_scores_consistent"]
+    assert dropped["recovered"] > control["recovered"]
+    assert dropped["fraction"] > control["fraction"]
+    assert result["comparisons"][0]["significant"] and result["verdict"]["confirmed"]
+    assert not set(control["drop_ids"]) & set(result["drop"]["ids"])
+    assert out.startswith("Dropping `gradian-injected` (14 examples) recovered")
+    assert (tmp_path / "verify" / "verify.md").read_text().startswith("# gradian verify")
+
+
+def test_a_drop_file_of_the_same_ids_gives_the_same_plan(report_dir, tmp_path):
+    from gradian.checking.verify import plan_verify
+
+    by_report = plan_verify(out=tmp_path / "v", report_dir=report_dir)
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(reversed(by_report.drop.ids)) + "\n")
+    by_file = plan_verify(out=tmp_path / "v", report_dir=report_dir, drop_file=ids_file)
+    assert by_file.drop.ids == by_report.drop.ids and by_file.controls == by_report.controls
+    assert by_file.config == by_report.config and by_file.adapter == by_report.adapter
