@@ -1,0 +1,191 @@
+"""`gradian index`: build (or reuse) the gradient index of a training set under a LoRA adapter."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from gradian.cli.options import (
+    AdapterOption,
+    BaseModelOption,
+    ConfigOption,
+    DatasetOption,
+    SetOption,
+    TrustRemoteCodeFlag,
+)
+
+OutOption = Annotated[Optional[Path], typer.Option("--out", help="Index directory (default: <cache dir>/indexes/<index id>).")]
+AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (runs code from the file; off by default).")]
+DeviceOption = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, or auto (the rank's GPU when CUDA is visible, else cpu).")]
+
+
+def index(
+    base_model: BaseModelOption = None,
+    adapter: AdapterOption = None,
+    dataset: DatasetOption = None,
+    out: OutOption = None,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    allow_pickle: AllowPickleFlag = False,
+    trust_remote_code: TrustRemoteCodeFlag = False,
+    device: DeviceOption = "auto",
+) -> None:
+    """Capture per-example LoRA gradients of the training set into an index directory (reused when identical)."""
+    from gradian.cli.options import load_cli_config
+    from gradian.index.distributed import is_main_process
+
+    cfg = load_cli_config(config, set_)
+    index_built = build_from_cli(base_model, adapter, dataset, out, cfg, allow_pickle=allow_pickle,
+                                 trust_remote_code=trust_remote_code, device=device)
+    if is_main_process():
+        typer.echo(summary_line(index_built))
+        typer.echo(f"  {index_built.path}")
+        for note in index_notes(index_built):
+            typer.echo(f"note: {note}", err=True)
+
+
+def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path | None, out: Path | None, cfg: Any, *,
+                   allow_pickle: bool = False, trust_remote_code: bool = False, device: str = "auto") -> Any:
+    """Check the inputs, load dataset and model, and build the index with a progress bar (rank 0 only)."""
+    from gradian.errors import ConfigError
+    from gradian.index.build import build_index
+    from gradian.index.distributed import is_main_process
+    from gradian.model.loaded import LoadedModel, check_unsloth_absent, require_adapter
+
+    check_unsloth_absent()
+    require_adapter(adapter, "index")
+    if not base_model:
+        raise ConfigError("gradian index needs --base-model", "pass the base model the adapter was trained from")
+    if dataset is None:
+        raise ConfigError("gradian index needs --dataset", "pass the exact training data, in the same order")
+    from gradian.data import load_dataset
+
+    examples = load_dataset(dataset)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one progress bar on stderr: ours
+    loaded = LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+    target = resolve_device(device)
+    if str(target) != "cpu":
+        loaded.model.to(target)
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    label = "indexing" if world <= 1 else f"indexing (rank 0 of {world})"
+    with index_progress(enabled=is_main_process(), description=label) as progress:
+        return build_index(loaded, examples, cfg, out, progress=progress)
+
+
+def resolve_device(device: str) -> Any:
+    """The torch device to index on; ``auto`` is this rank's GPU when CUDA is visible, else the CPU."""
+    import torch
+
+    from gradian.errors import ConfigError
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0") or 0))
+        return torch.device("cpu")
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"--device {device!r} is not a device", "use auto, cpu, cuda or cuda:N") from None
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device} asked for CUDA but no GPU is visible", "use --device cpu or auto")
+    return target
+
+
+@contextmanager
+def index_progress(enabled: bool = True, description: str = "indexing") -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr (examples, examples/s, ETA) as a build_index progress callback.
+
+    The bar appears at the first report, so inputs refused before any gradient leave no empty bar behind.
+    """
+    if not enabled:
+        yield None
+        return
+    bar = _ProgressBar(description)
+    try:
+        yield bar.update
+    finally:
+        bar.close()
+
+
+class _ProgressBar:
+    """rich.progress.Progress started on first use."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self.progress: Any = None
+        self.task: Any = None
+
+    def update(self, done: int, total: int) -> None:
+        if self.progress is None:
+            self._start(done, total)  # examples finished before (a resumed build) do not count toward the speed
+        self.progress.update(self.task, total=total, completed=done)
+
+    def _start(self, done: int, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), _rate_column(), TimeElapsedColumn(), console=Console(stderr=True))
+        self.progress.start()
+        self.task = self.progress.add_task(self.description, total=total, completed=done, first=done)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _rate_column() -> Any:
+    """examples/s and ETA over the whole run so far (rich's own speed needs frequent updates; a batch can take minutes)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            elapsed = task.finished_time if task.finished else task.elapsed
+            done = task.completed - task.fields.get("first", 0)
+            if not elapsed or done <= 0:
+                return Text("-- ex/s  ETA --:--", style="progress.data.speed")
+            rate = done / elapsed
+            left = max(0.0, (task.total or 0) - task.completed) / rate
+            minutes, seconds = divmod(int(round(left)), 60)
+            return Text(f"{rate:.2f} ex/s  ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}", style="progress.data.speed")
+
+    return RateColumn()
+
+
+def summary_line(index: Any) -> str:
+    """One line: the index id, whether it was built or reused, and what it holds."""
+    manifest = index.manifest
+    projection = manifest.projection
+    kind = "exact" if projection is None else f"projected to {projection['dim']}"
+    size = index.disk_bytes() / 1e6
+    state = "reused" if index.reused else "built"
+    timing = "" if index.reused else f" in {manifest.build.get('seconds', 0):.1f} s"
+    return (f"index {manifest.index_id} {state}{timing}: {manifest.num_examples} examples x {manifest.dim} "
+            f"({kind}, {manifest.storage_dtype}), {len(manifest.blocks) // 2} LoRA blocks, "
+            f"{len(manifest.shards)} shards, {size:.1f} MB")
+
+
+def index_notes(index: Any) -> list[str]:
+    """What a user should know about the indexed examples: empty or truncated ones are kept, not dropped."""
+    totals = index.manifest.totals
+    notes = []
+    if totals.get("unsupervised_examples"):
+        notes.append(f"{totals['unsupervised_examples']} example(s) have no supervised tokens; their rows are zero "
+                     "(they cannot be blamed)")
+    if totals.get("truncated_examples"):
+        notes.append(f"{totals['truncated_examples']} example(s) were truncated to grads.max_seq_length="
+                     f"{index.manifest.spec['grads']['max_seq_length']} tokens")
+    return notes
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the app."""
+    app.command("index")(index)

@@ -1,0 +1,31 @@
+"""The gradient index: build (sharded, resumable, distributed), manifest + index id, store (codecs), stats.
+
+``build_index`` and ``Index`` import numpy (and torch, for building) when first used, so importing this
+package stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {
+    "build_index": "gradian.index.build:build_index",
+    "default_index_dir": "gradian.index.build:default_index_dir",
+    "Index": "gradian.index.store:Index",
+    "open_index": "gradian.index.store:open_index",
+    "Manifest": "gradian.index.manifest:Manifest",
+    "read_manifest": "gradian.index.manifest:read_manifest",
+    "FORMAT_VERSION": "gradian.index.manifest:FORMAT_VERSION",
+    "PreconditionerStats": "gradian.index.stats:PreconditionerStats",
+    "unit_rows": "gradian.index.dtypes:unit_rows",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from gradian.records import load_object
+
+        return load_object(_LAZY[name])
+    raise AttributeError(f"module 'gradian.index' has no attribute {name!r}")

@@ -1,0 +1,160 @@
+"""Building a gradient index: shards of per-example gradients, computed by rank, resumable, cached by index id.
+
+``build_index`` fixes the plan (``gradian.index.plan``), reuses an identical index in place, and otherwise
+computes the unfinished shards of this rank and lets rank 0 finish the directory
+(``gradian.index.directory``). Under torchrun each rank takes a contiguous run of shard numbers, so the
+files are the ones a single process writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradian.errors import DatasetError, GradientIndexError
+from gradian.index.directory import (
+    check_out_dir,
+    finalize,
+    finished_shard,
+    prepare_partial,
+    reusable_index,
+    write_shard,
+)
+from gradian.index.distributed import RankContext, rank_context
+from gradian.index.dtypes import decode_rows, encode_rows, storage_numpy_dtype
+from gradian.index.plan import BuildPlan, ExampleMeta, default_index_dir, encode_pass, make_plan
+from gradian.index.stats import StatsAccumulator
+from gradian.index.store import Index, get_codec
+
+__all__ = ["ProgressCallback", "build_index", "default_index_dir"]
+
+# (examples done, examples to do) after every batch; the CLI turns it into a progress bar.
+ProgressCallback = Callable[[int, int], None]
+
+# A shard bigger than this is assembled in a scratch memory map instead of RAM (exact gradients of a
+# real model are ~10 MB per example, so a 256-example shard would otherwise need 2.5 GB).
+IN_MEMORY_SHARD_BYTES = 512 * 1024 * 1024
+
+
+def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, out: Path | str | None = None, *,
+                progress: ProgressCallback | None = None) -> Index:
+    """Build the gradient index of ``dataset`` under ``loaded_model``'s adapter, or reuse an identical one."""
+    from gradian.config import GradianConfig
+    from gradian.grads.capture import GradientCapture
+
+    config = config if config is not None else GradianConfig()
+    examples = list(dataset)
+    if not examples:
+        raise DatasetError("the dataset has no examples, so there is nothing to index", "pass the training data you used")
+    codec = get_codec(config.grads.codec)
+    storage_numpy_dtype(config.grads.storage_dtype)
+    capture = GradientCapture.from_config(loaded_model, config.grads)
+    tokenizer = loaded_model.tokenizer
+    metas, ids_sha, encoded_sha = encode_pass(examples, tokenizer, config.grads.max_seq_length)
+    plan = make_plan(loaded_model, capture, config, examples, ids_sha, encoded_sha, out, codec, dataset)
+    ranks = rank_context(loaded_model.device)
+    try:
+        return _build_on_ranks(plan, ranks, capture, examples, tokenizer, metas, config.grads, progress)
+    finally:
+        ranks.close()
+
+
+def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples: list[Any], tokenizer: Any,
+                    metas: list[ExampleMeta], grads: Any, progress: ProgressCallback | None) -> Index:
+    """Reuse the index in place, or compute this rank's shards and (rank 0) finish the directory."""
+    ranks.check_same(plan.index_id, "index id")
+    cached = reusable_index(plan.out_dir, plan.index_id)
+    if cached is not None:
+        ranks.barrier()
+        return cached
+    check_out_dir(plan.out_dir)
+    started = time.monotonic()
+    ranks.together(lambda: prepare_partial(plan) if ranks.is_main else None)
+    computed = ranks.together(lambda: _run_shards(plan, ranks, capture, examples, tokenizer, grads, progress))
+    computed = ranks.all_reduce_sum([computed])[0]
+    timing = {"seconds": round(time.monotonic() - started, 3), "world_size": ranks.world_size,
+              "computed_examples": computed}
+    ranks.together(lambda: finalize(plan, metas, timing) if ranks.is_main else None)
+    return Index.open(plan.out_dir)
+
+
+def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: list[Any], tokenizer: Any,
+                grads: Any, progress: ProgressCallback | None) -> int:
+    """Compute this rank's unfinished shards; returns how many examples it computed."""
+    from gradian.data import encode
+
+    mine = ranks.shard_range(plan.num_shards)
+    todo = [n for n in mine if finished_shard(plan, n) is None]
+    total = sum(len(plan.shard_rows(n)) for n in mine)
+    done = total - sum(len(plan.shard_rows(n)) for n in todo)
+    if progress is not None:
+        progress(done, total)
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, total)
+
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    computed = 0
+    for number in todo:
+        rows = plan.shard_rows(number)
+        encoded = [encode(examples[i], tokenizer, grads.max_seq_length) for i in rows]
+        stored, stats = compute_shard(plan, number, capture, encoded, [examples[i].id for i in rows],
+                                      grads.batch_size, pad_id, advance)
+        write_shard(plan, number, stored, stats)
+        computed += len(rows)
+    return computed
+
+
+def compute_shard(plan: BuildPlan, number: int, capture: Any, encoded: Sequence[Any], ids: Sequence[str],
+                  batch_size: int, pad_id: int, advance: Callable[[int], None]) -> tuple[np.ndarray, StatsAccumulator]:
+    """Gradients of one shard's examples in the storage dtype, and their statistics."""
+    from gradian.grads.batch import collate
+
+    count = len(encoded)
+    dtype = storage_numpy_dtype(plan.storage_dtype)
+    stored = _shard_buffer(plan, number, count, dtype)
+    stats = StatsAccumulator(plan.dim, plan.stat_blocks)
+    # Batches of similar length waste less compute on padding; the order is fixed, so bytes are too.
+    order = sorted(range(count), key=lambda i: (len(encoded[i].input_ids), i))
+    for start in range(0, count, batch_size):
+        members = order[start:start + batch_size]
+        batch = collate([encoded[i] for i in members], pad_id, "right")
+        rows = capture.capture(batch).detach().cpu().numpy()
+        _check_finite(rows, [ids[i] for i in members], "the gradient")
+        encoded_rows = encode_rows(rows, plan.storage_dtype)
+        decoded = decode_rows(encoded_rows, plan.storage_dtype)
+        _check_finite(decoded, [ids[i] for i in members], f"the {plan.storage_dtype} gradient")
+        stats.add(decoded)
+        stored[members] = encoded_rows
+        advance(len(members))
+    return stored, stats
+
+
+def _shard_buffer(plan: BuildPlan, number: int, rows: int, dtype: np.dtype) -> np.ndarray:
+    """Room for one shard: RAM when small, a scratch memory map in the build directory when large."""
+    if rows * plan.dim * dtype.itemsize <= IN_MEMORY_SHARD_BYTES:
+        return np.zeros((rows, plan.dim), dtype=dtype)
+    scratch = plan.partial_dir / f".shard-{number:05d}.scratch"
+    return np.lib.format.open_memmap(scratch, mode="w+", dtype=dtype, shape=(rows, plan.dim))
+
+
+def _check_finite(rows: np.ndarray, ids: Sequence[str], what: str) -> None:
+    finite = np.isfinite(rows).all(axis=1)
+    if finite.all():
+        return
+    bad = [ids[i] for i in np.flatnonzero(~finite)]
+    if what.startswith("the float16"):
+        raise GradientIndexError(
+            f"{what} of example {bad[0]} overflows float16 (largest finite value 65504)"
+            + (f", and {len(bad) - 1} more in its batch" if len(bad) > 1 else ""),
+            "set grads.storage_dtype=bfloat16 (same size, float32's range) or grads.loss_reduction=mean",
+        )
+    raise GradientIndexError(f"{what} of example {bad[0]} is not finite (NaN or inf)",
+                             "check the adapter and base weights for NaN/inf values (they load, but poison every gradient)")

@@ -1,0 +1,67 @@
+"""A build killed with SIGKILL resumes from its finished shards and ends byte-identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gradian.cli.app import main
+from tests.core.test_index_cli import write_dataset
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def index_argv(base, adapter, dataset, out) -> list[str]:
+    # batch 1 and 2-example shards: many shards, so the kill lands between the first and the last.
+    return ["index", "--base-model", str(base), "--adapter", str(adapter), "--dataset", str(dataset), "--out", str(out),
+            "--set", "grads.shard_size=2", "--set", "grads.batch_size=1", "--set", "grads.storage_dtype=bfloat16"]
+
+
+def index_files(directory: Path) -> dict[str, bytes]:
+    """Every file of an index; the manifest without its build section (timestamps and timings)."""
+    files = {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+    manifest = json.loads(files.pop("manifest.json"))
+    manifest.pop("build")
+    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
+    return files
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_is_byte_identical(tmp_path, tiny_base_dir, tiny_adapter_dir, capsys):
+    dataset = write_dataset(tmp_path / "train.jsonl", count=80)
+    killed = tmp_path / "killed"
+    partial = tmp_path / ".killed.partial"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-m", "gradian", *index_argv(tiny_base_dir, tiny_adapter_dir, dataset, killed)],
+                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not (partial / "shard-00000.json").exists():
+            assert child.poll() is None, child.stderr.read().decode()
+            assert time.monotonic() < deadline, "the build never finished a shard"
+            time.sleep(0.01)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stderr.close()
+    finished = sorted(p.name for p in partial.glob("shard-*.json"))
+    assert 1 <= len(finished) < 40, finished  # killed mid-build
+    assert not killed.exists()  # the index appears only when it is complete
+
+    assert main(index_argv(tiny_base_dir, tiny_adapter_dir, dataset, killed)) == 0
+    assert main(index_argv(tiny_base_dir, tiny_adapter_dir, dataset, tmp_path / "whole")) == 0
+    capsys.readouterr()
+    resumed = json.loads((killed / "manifest.json").read_text())["build"]
+    assert resumed["computed_examples"] <= 80 - 2 * len(finished)  # finished shards were not recomputed
+    assert not partial.exists()
+    assert index_files(killed) == index_files(tmp_path / "whole")

@@ -1,0 +1,82 @@
+"""Index storage without a model: dtypes (bfloat16 as bit patterns, zero rows), the npy codec, statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradian.errors import GradientIndexError
+from gradian.index.dtypes import decode_rows, encode_rows, unit_rows
+from gradian.index.stats import PreconditionerStats, StatsAccumulator, plan_stat_blocks, stats_length, sum_partials
+
+
+def _rows(seed: int = 0, n: int = 16, dim: int = 40) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32) * 3
+    rows[5] = 0.0  # an example with no supervised tokens has an all-zero gradient
+    return rows
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [("float32", 0.0), ("float16", 1e-3), ("bfloat16", 8e-3)])
+def test_dtype_roundtrip_keeps_values_and_zero_rows(dtype, tolerance):
+    rows = _rows()
+    back = decode_rows(encode_rows(rows, dtype), dtype)
+    assert back.dtype == np.float32
+    np.testing.assert_allclose(back, rows, rtol=tolerance, atol=tolerance)
+    assert (back[5] == 0).all()
+    unit = unit_rows(back)
+    assert np.isfinite(unit).all() and (unit[5] == 0).all()
+    np.testing.assert_allclose(np.linalg.norm(unit[np.arange(len(rows)) != 5], axis=1), 1.0, rtol=1e-5)
+
+
+def test_bfloat16_bits_match_torch_rounding():
+    torch = pytest.importorskip("torch")
+    rows = _rows(seed=1) * 1e3
+    ours = encode_rows(rows, "bfloat16")
+    theirs = torch.from_numpy(rows).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    assert ours.dtype == np.dtype("<u2")
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(decode_rows(ours, "bfloat16"), torch.from_numpy(rows).to(torch.bfloat16).float().numpy())
+
+
+def test_npy_codec_is_registered_and_reads_memory_mapped(tmp_path):
+    from gradian.plugins import get_plugins
+
+    codec = get_plugins().storage_codecs()["npy"]
+    rows = encode_rows(_rows(), "float16")
+    path = tmp_path / "temp-name-without-suffix"
+    codec.write(path, rows)
+    assert not (tmp_path / "temp-name-without-suffix.npy").exists()  # written exactly where asked
+    back = codec.read(path)
+    assert isinstance(back, np.memmap) and not back.flags.writeable
+    np.testing.assert_array_equal(back, rows)
+
+
+def test_stats_accumulate_in_float64_and_sum_over_shards(tmp_path):
+    rows = _rows(n=30).astype(np.float64)
+    blocks = plan_stat_blocks([("a", 0, 10), ("b", 10, 30)], max_width=16)
+    assert [b.has_matrix for b in blocks] == [True, False]
+    parts = []
+    for number, chunk in enumerate((rows[:12], rows[12:24], rows[24:])):
+        acc = StatsAccumulator(40, blocks)
+        acc.add(chunk[:5])
+        acc.add(chunk[5:])
+        path = tmp_path / f"stats-{number}.npy"
+        np.save(path, acc.to_vector())
+        parts.append(path)
+    total = sum_partials(parts, np.load)
+    assert total.shape == (stats_length(40, blocks),)
+    stats = PreconditionerStats.from_vector(total, 40, blocks)
+    assert stats.count == 30
+    np.testing.assert_allclose(stats.second_moment(), (rows**2).mean(0), rtol=1e-12)
+    np.testing.assert_allclose(stats.mean(), rows.mean(0), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(stats.block_second_moment("a"), rows[:, :10].T @ rows[:, :10] / 30, rtol=1e-12)
+    with pytest.raises(GradientIndexError) as refused:
+        stats.block_second_moment("b")
+    assert "projection_dim" in refused.value.hint
+    assert not stats.has_block_matrices()
+
+
+def test_stats_vector_of_the_wrong_length_is_a_damaged_index():
+    blocks = plan_stat_blocks([("a", 0, 4)])
+    with pytest.raises(GradientIndexError, match="statistics"):
+        PreconditionerStats.from_vector(np.zeros(7), 4, blocks)
