@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -52,6 +50,7 @@ def index(
 def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path | None, out: Path | None, cfg: Any, *,
                    allow_pickle: bool = False, trust_remote_code: bool = False, device: str = "auto") -> Any:
     """Check the inputs, load dataset and model, and build the index with a progress bar (rank 0 only)."""
+    from gradian.cli.progress import one_bar
     from gradian.errors import ConfigError
     from gradian.index.build import build_index
     from gradian.index.distributed import is_main_process
@@ -75,7 +74,7 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
         loaded.model.to(target)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     label = "indexing" if world <= 1 else f"indexing (rank 0 of {world})"
-    with index_progress(enabled=is_main_process(), description=label) as progress:
+    with one_bar(label, enabled=is_main_process()) as progress:
         return build_index(loaded, examples, cfg, out, progress=progress)
 
 
@@ -96,68 +95,6 @@ def resolve_device(device: str) -> Any:
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {device} asked for CUDA but no GPU is visible", "use --device cpu or auto")
     return target
-
-
-@contextmanager
-def index_progress(enabled: bool = True, description: str = "indexing") -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on stderr (examples, examples/s, ETA) as a build_index progress callback.
-
-    The bar appears at the first report, so inputs refused before any gradient leave no empty bar behind.
-    """
-    if not enabled:
-        yield None
-        return
-    bar = _ProgressBar(description)
-    try:
-        yield bar.update
-    finally:
-        bar.close()
-
-
-class _ProgressBar:
-    """rich.progress.Progress started on first use."""
-
-    def __init__(self, description: str) -> None:
-        self.description = description
-        self.progress: Any = None
-        self.task: Any = None
-
-    def update(self, done: int, total: int) -> None:
-        if self.progress is None:
-            self._start(done, total)  # examples finished before (a resumed build) do not count toward the speed
-        self.progress.update(self.task, total=total, completed=done)
-
-    def _start(self, done: int, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), _rate_column(), TimeElapsedColumn(), console=Console(stderr=True))
-        self.progress.start()
-        self.task = self.progress.add_task(self.description, total=total, completed=done, first=done)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-
-def _rate_column() -> Any:
-    """examples/s and ETA over the whole run so far (rich's own speed needs frequent updates; a batch can take minutes)."""
-    from rich.progress import ProgressColumn
-    from rich.text import Text
-
-    class RateColumn(ProgressColumn):
-        def render(self, task: Any) -> Text:
-            elapsed = task.finished_time if task.finished else task.elapsed
-            done = task.completed - task.fields.get("first", 0)
-            if not elapsed or done <= 0:
-                return Text("-- ex/s  ETA --:--", style="progress.data.speed")
-            rate = done / elapsed
-            left = max(0.0, (task.total or 0) - task.completed) / rate
-            minutes, seconds = divmod(int(round(left)), 60)
-            return Text(f"{rate:.2f} ex/s  ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}", style="progress.data.speed")
-
-    return RateColumn()
 
 
 def summary_line(index: Any) -> str:
