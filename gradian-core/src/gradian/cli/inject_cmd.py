@@ -44,6 +44,7 @@ def inject(
     import sys
 
     from gradian.checking.inject import plan_inject, run_inject
+    from gradian.cli.app import invoked_command
     from gradian.cli.progress import stage_bars
     from gradian.train import resolve_backend
 
@@ -54,7 +55,7 @@ def inject(
     # Trainers print their log dicts to stdout; stdout is kept for the verdict, so scripts can read it.
     with stage_bars() as bars, contextlib.redirect_stdout(sys.stderr):
         outcome = run_inject(plan, say=lambda text: typer.echo(text, err=True), progress=bars,
-                             command=["gradian", *sys.argv[1:]])
+                             command=invoked_command())
     typer.echo(outcome.result["verdict"]["headline"])
     typer.echo(outcome.result["verdict"]["summary"])
     typer.echo(f"inject: {outcome.markdown_path}")

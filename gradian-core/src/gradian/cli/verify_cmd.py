@@ -47,6 +47,7 @@ def verify(
     import sys
 
     from gradian.checking.verify import plan_verify, run_verify
+    from gradian.cli.app import invoked_command
     from gradian.train import resolve_backend
 
     resolve_backend(backend)  # an unknown or missing backend fails before anything is read or trained
@@ -56,7 +57,7 @@ def verify(
                        trust_remote_code=trust_remote_code)
     # Trainers print their log dicts to stdout; stdout is kept for the verdict, so scripts can read it.
     with contextlib.redirect_stdout(sys.stderr):
-        outcome = run_verify(plan, say=lambda text: typer.echo(text, err=True), command=["gradian", *sys.argv[1:]])
+        outcome = run_verify(plan, say=lambda text: typer.echo(text, err=True), command=invoked_command())
     typer.echo(outcome.result["verdict"]["headline"])
     typer.echo(outcome.result["verdict"]["summary"])
     typer.echo(f"verify: {outcome.markdown_path}")
