@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gradian.data.encode import IGNORE_INDEX, Encoded, _special_ids, _turn_tokens
+from gradian.data.encode import Encoded, mask_tokens, special_ids
 from gradian.data.examples import Example, Message
 from gradian.data.rendering import TurnSpan, bos_prefix, locate_turns, make_renderer
 from gradian.errors import DatasetError
@@ -46,44 +46,11 @@ def _render(example: Example, tokenizer: Any, bos: str, eos: str) -> tuple[str, 
     return full, spans
 
 
-def _mask(ids: list[int], offsets: list[tuple[int, int]], spans: list[TurnSpan], special: set[int],
-          max_seq_length: int) -> Encoded:
-    """encode()'s masking step on already tokenized ids and offsets."""
-    kept = min(len(ids), max_seq_length)
-    labels = [IGNORE_INDEX] * kept
-    segments: list[tuple[int, int]] = []
-    segment_messages: list[int] = []
-    char_offsets: list[tuple[int, int]] = []
-    for span in spans:
-        start, end = _turn_tokens(span, ids, offsets, special)
-        start, end = max(start, 1), min(end, kept)
-        if start >= end:
-            continue
-        segments.append((start, end))
-        segment_messages.append(span.message_index)
-        labels[start:end] = ids[start:end]
-        # _char_offset inlined: this loop runs once per supervised token of the whole dataset.
-        low, high, shift = span.content_start, span.content_end, span.content_shift - span.content_start
-        for token_start, token_end in offsets[start:end]:
-            a, b = max(token_start, low), min(token_end, high)
-            char_offsets.append((a + shift, b + shift) if a < b else (-1, -1))
-    return Encoded(
-        input_ids=tuple(ids[:kept]),
-        labels=tuple(labels),
-        supervised_segments=tuple(segments),
-        truncated=len(ids) > kept,
-        num_supervised=sum(end - start for start, end in segments),
-        length_before_truncation=len(ids),
-        segment_messages=tuple(segment_messages),
-        answer_char_offsets=tuple(char_offsets),
-    )
-
-
 def encode_examples(examples: Sequence[Example], tokenizer: Any, max_seq_length: int) -> tuple[list[Encoded | None], list[tuple[Example, str]]]:
     """encode() of every example (None where the chat template rejects it), and the (example, reason) failures."""
     bos = bos_prefix(tokenizer)
     eos = getattr(tokenizer, "eos_token", None) or ""
-    special = _special_ids(tokenizer)
+    special = special_ids(tokenizer)
     rendered: list[tuple[str, list[TurnSpan]] | None] = []
     failures: list[tuple[Example, str]] = []
     for example in examples:
@@ -104,7 +71,7 @@ def encode_examples(examples: Sequence[Example], tokenizer: Any, max_seq_length:
             encode(examples[chunk[0]], tokenizer, max_seq_length)
             raise
         for index, (ids, offsets) in zip(chunk, tokenized, strict=True):
-            encoded[index] = _mask(ids, offsets, rendered[index][1], special, max_seq_length)
+            encoded[index] = mask_tokens(ids, offsets, rendered[index][1], special, max_seq_length)
     return encoded, failures
 
 

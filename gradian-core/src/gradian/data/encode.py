@@ -113,7 +113,7 @@ def _tokenize(text: str, tokenizer: Any, *, offsets: bool) -> tuple[list[int], l
     return ids, [tuple(pair) for pair in encoding["offset_mapping"]] if offsets else []
 
 
-def _special_ids(tokenizer: Any) -> set[int]:
+def special_ids(tokenizer: Any) -> set[int]:
     """Ids of every special token (EOS, end-of-turn markers registered as added special tokens...)."""
     ids = set(getattr(tokenizer, "all_special_ids", ()) or ())
     for token_id, token in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).items():
@@ -162,7 +162,12 @@ def _turn_tokens(span: TurnSpan, ids: list[int], offsets: list[tuple[int, int]],
 
 def _mask(full: str, spans: list[TurnSpan], tokenizer: Any, max_seq_length: int) -> Encoded:
     ids, offsets = _tokenize(full, tokenizer, offsets=True)
-    special = _special_ids(tokenizer)
+    return mask_tokens(ids, offsets, spans, special_ids(tokenizer), max_seq_length)
+
+
+def mask_tokens(ids: list[int], offsets: list[tuple[int, int]], spans: Sequence[TurnSpan], special: set[int],
+                max_seq_length: int) -> Encoded:
+    """The masking step on a rendered conversation's token ids and character offsets (shared by batch encoding)."""
     kept = min(len(ids), max_seq_length)
     labels = [IGNORE_INDEX] * kept
     segments: list[tuple[int, int]] = []
@@ -175,9 +180,13 @@ def _mask(full: str, spans: list[TurnSpan], tokenizer: Any, max_seq_length: int)
             continue
         segments.append((start, end))
         segment_messages.append(span.message_index)
-        for position in range(start, end):
-            labels[position] = ids[position]
-            char_offsets.append(_char_offset(offsets[position], span))
+        labels[start:end] = ids[start:end]
+        # A token's characters inside its message content, or (-1, -1) when it holds none of the content;
+        # inlined because this loop runs once per supervised token of a whole dataset in diagnose.
+        low, high, shift = span.content_start, span.content_end, span.content_shift - span.content_start
+        for token_start, token_end in offsets[start:end]:
+            a, b = max(token_start, low), min(token_end, high)
+            char_offsets.append((a + shift, b + shift) if a < b else (-1, -1))
     return Encoded(
         input_ids=tuple(ids[:kept]),
         labels=tuple(labels),
@@ -188,12 +197,3 @@ def _mask(full: str, spans: list[TurnSpan], tokenizer: Any, max_seq_length: int)
         segment_messages=tuple(segment_messages),
         answer_char_offsets=tuple(char_offsets),
     )
-
-
-def _char_offset(token: tuple[int, int], span: TurnSpan) -> tuple[int, int]:
-    """A token's characters inside its message content, or (-1, -1) when it holds none of the content."""
-    start, end = max(token[0], span.content_start), min(token[1], span.content_end)
-    if start >= end:
-        return (-1, -1)
-    shift = span.content_shift - span.content_start
-    return (start + shift, end + shift)
