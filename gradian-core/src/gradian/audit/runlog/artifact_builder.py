@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +148,17 @@ def read_json_file(path: Path, what: str) -> Any:
             f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno})",
             f"{what} is truncated or was edited by hand; restore it from the latest checkpoint-N/ copy",
         ) from None
+
+
+def jsonl_lines(path: Path, hint: str) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of each non-blank line of a JSON Lines log; a broken line is a RunDirError."""
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise RunDirError(f"{path}:{number}: not valid JSON ({error.msg})", hint) from None
 
 
 def metric_point(entry: Mapping[str, Any], step: int, line: int | None, aliases: Mapping[str, str] = {}) -> MetricPoint:

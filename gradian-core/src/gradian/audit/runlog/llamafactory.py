@@ -13,11 +13,11 @@ from gradian.audit.runlog.artifact_builder import (
     ArtifactBuilder,
     as_bool,
     as_int,
+    jsonl_lines,
     merge_series,
     metric_point,
 )
 from gradian.audit.runlog.hf_trainer import config_from_hf_args, fill_from_hf_files
-from gradian.errors import RunDirError
 from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
 
 TRAINER_LOG = "trainer_log.jsonl"
@@ -103,14 +103,8 @@ def config_from_llamafactory(cfg: Mapping[str, Any]) -> dict[str, Any]:
 def read_trainer_log(path: Path) -> tuple[list[MetricPoint], int | None, int | None]:
     """Points from trainer_log.jsonl, and its last current_steps and total_steps."""
     points, last, total = [], None, None
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise RunDirError(f"{path}:{number}: not valid JSON ({error.msg})",
-                              "trainer_log.jsonl has one JSON object per line; remove the broken line") from None
+    hint = "trainer_log.jsonl has one JSON object per line; remove the broken line"
+    for number, entry in jsonl_lines(path, hint):
         if not isinstance(entry, Mapping):
             continue
         step = as_int(entry.get("current_steps"))

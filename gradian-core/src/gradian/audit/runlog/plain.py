@@ -9,11 +9,10 @@ finished run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from gradian.audit.runlog.artifact_builder import ArtifactBuilder, as_int, metric_point, read_json_file
+from gradian.audit.runlog.artifact_builder import ArtifactBuilder, as_int, jsonl_lines, metric_point, read_json_file
 from gradian.audit.runlog.hf_trainer import apply_adapter_config, config_from_hf_args
 from gradian.errors import RunDirError
 from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
@@ -35,14 +34,7 @@ def sniff(path: Path) -> float:
 def read_metrics(path: Path) -> tuple[list[MetricPoint], bool]:
     """Points from metrics.jsonl, and whether a final ``train_runtime`` line is there."""
     points, finished = [], False
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise RunDirError(f"{path}:{number}: not valid JSON ({error.msg})",
-                              "metrics.jsonl has one JSON object per line (docs/run-format.md)") from None
+    for number, entry in jsonl_lines(path, "metrics.jsonl has one JSON object per line (docs/run-format.md)"):
         if not isinstance(entry, Mapping):
             raise RunDirError(f"{path}:{number}: a JSON {type(entry).__name__}, not an object",
                               "metrics.jsonl has one JSON object per line (docs/run-format.md)")
