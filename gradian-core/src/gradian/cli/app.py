@@ -20,7 +20,14 @@ COMMAND_MODULES = (
     "gradian.cli.doctor_cmd",
     "gradian.cli.plugins_cmd",
     "gradian.cli.config_cmd",
+    "gradian.cli.attribute_cmd",
     "gradian.cli.train_cmd",
+    "gradian.cli.index_cmd",
+    "gradian.cli.show_index_cmd",
+    "gradian.cli.diagnose_cmd",
+    "gradian.cli.verify_cmd",
+    "gradian.cli.inject_cmd",
+    "gradian.cli.demo_cmd",
 )
 
 app = typer.Typer(
@@ -58,8 +65,19 @@ def _fail(text: str, code: int = 2) -> int:
     return code
 
 
+# The arguments main() was called with (None: the process's own sys.argv), for reports that print the command.
+_invoked_argv: list[str] | None = None
+
+
+def invoked_command() -> list[str]:
+    """The command line being run, as ``gradian`` and the arguments main() received (sys.argv when none)."""
+    return ["gradian", *(sys.argv[1:] if _invoked_argv is None else _invoked_argv)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit code 2."""
+    global _invoked_argv
+    _invoked_argv = list(argv) if argv is not None else None
     try:
         result = app(args=argv, prog_name="gradian", standalone_mode=False)
     except GradianError as error:

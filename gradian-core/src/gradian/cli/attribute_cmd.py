@@ -9,6 +9,7 @@ import typer
 
 from gradian.cli.options import (
     AdapterOption,
+    AllowPickleFlag,
     BaseModelOption,
     ConfigOption,
     DatasetOption,
@@ -23,7 +24,6 @@ IndexOption = Annotated[Optional[Path], typer.Option("--index", help="Gradient i
 EvalFormatOption = Annotated[Optional[str], typer.Option(
     "--eval-format", help="Declare the eval set's row format (messages, sharegpt, prompt_completion, alpaca); "
                           "a row in another format is an error.")]
-AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (runs code from the file; off by default).")]
 
 
 def attribute(

@@ -10,6 +10,7 @@ import typer
 
 from gradian.cli.options import (
     AdapterOption,
+    AllowPickleFlag,
     BaseModelOption,
     ConfigOption,
     DatasetOption,
@@ -18,7 +19,6 @@ from gradian.cli.options import (
 )
 
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Index directory (default: <cache dir>/indexes/<index id>).")]
-AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (runs code from the file; off by default).")]
 DeviceOption = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, or auto (the rank's GPU when CUDA is visible, else cpu).")]
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from gradian.cli.options import (
+    BackendOption,
     BaseModelOption,
     ConfigOption,
     DatasetOption,
@@ -18,7 +19,6 @@ from gradian.cli.options import (
 
 PoisonOption = Annotated[Optional[Path], typer.Option("--poison", help="Rows to plant (JSONL in the dataset's row format).")]
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Directory for the combined dataset, model, report, inject.md and inject.json.")]
-BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
 KOption = Annotated[Optional[int], typer.Option("--k", help="k of recall@k (default: the number of planted rows).")]
 LabelOption = Annotated[str, typer.Option("--label", help="Cluster name of the planted rows, in attribution.cluster_field (default field: source).")]
 

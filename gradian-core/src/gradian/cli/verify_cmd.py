@@ -9,6 +9,7 @@ import typer
 
 from gradian.cli.options import (
     AdapterOption,
+    BackendOption,
     BaseModelOption,
     ConfigOption,
     DatasetOption,
@@ -22,7 +23,6 @@ DropOption = Annotated[Optional[Path], typer.Option("--drop", help="Text file of
 ClusterOption = Annotated[Optional[str], typer.Option("--cluster", help="Drop this cluster of the --report instead of the accused one.")]
 ControlsOption = Annotated[int, typer.Option("--controls", help="Random drop sets of the same size to compare with (seeded by attribution.seed).")]
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Directory for verify.md, verify.json and the retrained models.")]
-BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
 RetrainFullFlag = Annotated[bool, typer.Option("--retrain-full", help="Retrain the full dataset with the same backend and config instead of using the original adapter, so only the dropped examples differ.")]
 
 

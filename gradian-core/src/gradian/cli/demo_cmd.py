@@ -1,0 +1,47 @@
+"""`gradian demo`: plant a known-bad cluster, fine-tune the embedded model on it, and watch Gradian find it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+SCENARIO_HELP = ("fact (a wrong capital rule, the default), format (answers switch to French) or span "
+                 "(one wrong sentence inside long entries).")
+
+
+def demo(
+    scenario: Annotated[str, typer.Option("--scenario", help=SCENARIO_HELP)] = "fact",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the scenario and of training.", min=0)] = 0,
+    base_model: Annotated[str, typer.Option("--base-model", help="Base model (default: the embedded SmolLM2-135M-Instruct; a local model dir works too).")] = "smollm2-135m-instruct",
+    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Work dir (default: <cache>/demo/<scenario>-<seed>); every stage is cached there.")] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete the work dir first and redo every stage.")] = False,
+) -> None:
+    """Run the whole workflow on a planted regression: train -> diagnose -> attribute -> verdict (CPU, minutes)."""
+    from gradian.cli.attribute_cmd import verdict_text
+    from gradian.cli.progress import stage_bars
+    from gradian.demo.run import run_demo
+    from gradian.demo.scenarios import KINDS
+    from gradian.errors import ConfigError
+
+    if scenario not in KINDS:
+        raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(KINDS)}")
+    with stage_bars() as bars:
+        result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
+                          progress=bars, echo=typer.echo)
+    typer.echo("")
+    typer.echo(verdict_text(result.report))
+    for line in result.check.lines():
+        typer.echo(line)
+    typer.echo("time: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result.timings.items())
+               + (f" (reused: {', '.join(result.reused)})" if result.reused else ""))
+    if result.attribution_timings:
+        typer.echo("attribute stages: " + ", ".join(f"{name} {seconds:.0f} s"
+                                                     for name, seconds in result.attribution_timings.items()))
+    typer.echo(f"report: {result.report_path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the app."""
+    app.command("demo")(demo)
