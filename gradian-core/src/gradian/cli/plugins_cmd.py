@@ -34,7 +34,10 @@ def plugins(json_output: JsonFlag = False) -> None:
         status = "loaded" if row.status == "loaded" else f"[red]failed[/red]: {row.error}"
         hooks = "\n".join(h.removeprefix("gradian_") for h in row.hooks)
         table.add_row(row.name, row.distribution, row.version, hooks, summary, status)
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # piped into an issue: do not squeeze the table into 80 columns
+        console = Console(width=120)
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:
