@@ -44,15 +44,14 @@ def diagnose(
     import json
     import sys
 
-    from rich.console import Console
-
+    from gradian.cli.console import table_console
     from gradian.cli.options import load_cli_config
     from gradian.errors import ConfigError
     from gradian.plugins import get_plugins
 
     if output_format not in FORMATS:
         raise ConfigError(f"--format {output_format!r} is unknown", f"use one of: {', '.join(FORMATS)}")
-    console = Console(soft_wrap=False)
+    console = table_console(soft_wrap=False)
     plugins = get_plugins()
     if list_checks:
         return _list(plugins, output_format, console)

@@ -22,8 +22,9 @@ def plugins(json_output: JsonFlag = False) -> None:
         ]
         typer.echo(json.dumps(payload, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from gradian.cli.console import table_console
 
     table = Table(title="Gradian plugins")
     for column in ("name", "distribution", "version", "hooks", "records", "status"):
@@ -34,10 +35,7 @@ def plugins(json_output: JsonFlag = False) -> None:
         status = "loaded" if row.status == "loaded" else f"[red]failed[/red]: {row.error}"
         hooks = "\n".join(h.removeprefix("gradian_") for h in row.hooks)
         table.add_row(row.name, row.distribution, row.version, hooks, summary, status)
-    console = Console()
-    if not console.is_terminal:  # piped into an issue: do not squeeze the table into 80 columns
-        console = Console(width=120)
-    console.print(table)
+    table_console().print(table)
 
 
 def register(app: typer.Typer) -> None:

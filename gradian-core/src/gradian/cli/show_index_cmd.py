@@ -28,9 +28,9 @@ def show_index(
     if json_output:
         typer.echo(json.dumps(index.describe(), indent=2, sort_keys=True))
         return
-    from rich.console import Console
+    from gradian.cli.console import table_console
 
-    console = Console(width=max(140, Console().width))
+    console = table_console()
     console.print(f"[bold]gradient index[/bold] {index.path}")
     console.print(block_table(index))
     console.print(manifest_table(index.describe(), verified=verify))
