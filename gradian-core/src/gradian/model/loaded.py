@@ -155,7 +155,7 @@ def _attach_adapter(base: Any, files: Any, adapter_name: str) -> Any:
     except (ValueError, RuntimeError, KeyError, TypeError) as exc:
         raise _adapter_load_error(exc, files) from exc
     # Prove the file's LoRA tensors landed in the model, rather than trusting peft's missing-key warning.
-    loaded = get_peft_model_state_dict(model, adapter_name=adapter_name)
+    loaded = get_peft_model_state_dict(model, adapter_name=adapter_name, save_embedding_layers=False)
     for key, tensor in read_adapter_tensors(files).items():
         if ".lora_" not in key:
             continue
