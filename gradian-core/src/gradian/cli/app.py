@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import typer
 
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit code 2."""
     global _invoked_argv
     _invoked_argv = list(argv) if argv is not None else None
+    # transformers 5 warns about its own deprecated property on every model load; it says nothing to a user.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     try:
         result = app(args=argv, prog_name="gradian", standalone_mode=False)
     except GradianError as error:

@@ -1,0 +1,412 @@
+"""`gradian demo` end to end: scenario -> train (hf) -> diagnose -> attribute -> verdict, every stage cached.
+
+The demo knows the ground truth (which rows were planted), so after the verdict it says whether Gradian found
+them: the planted cluster's rank and how many of the top-k examples are planted.
+
+Caching: the scenario is regenerated (milliseconds) and rewritten only when its bytes change; the adapter is
+reused when a key of (base model, training data sha256, train config) matches the one written after the last
+training; the attribution report is reused when a key of (adapter, data, eval set, config) matches; the gradient
+index lives in the work dir and is reused by its own index id. ``fresh`` deletes the work dir first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradian.config import GradianConfig, build_config
+from gradian.demo.scenarios import Scenario, ScenarioFiles, make_scenario
+from gradian.errors import ConfigError
+
+DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
+BACKEND = "hf"
+TRAIN_KEY = "demo-train-key.json"
+REPORT_KEY = "demo-report-key.json"
+
+ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
+Echo = Callable[[str], None]
+
+
+def demo_config(scenario: Scenario) -> GradianConfig:
+    """The demo's config: a fast LoRA run on short rows, short greedy answers, clusters by ``source``."""
+    return build_config({
+        "train": {
+            # Chosen for a 2-core CPU: short rows, r=8 on every projection, one epoch at batch 8 (50 steps on
+            # 400 rows), and a learning rate at which ~20 planted rows change the model's answers.
+            "learning_rate": 2e-3, "num_epochs": 1.0, "batch_size": 8, "max_seq_length": scenario.max_seq_length,
+            "lora_r": 8, "lora_alpha": 16.0, "warmup_ratio": 0.03, "logging_steps": 1, "seed": scenario.seed,
+        },
+        "evaluation": {"metric": scenario.metric, "max_new_tokens": 24, "batch_size": 8, "seed": scenario.seed},
+        "grads": {"max_seq_length": scenario.max_seq_length, "batch_size": 8},
+        "attribution": {"cluster_field": scenario.cluster_field, "seed": scenario.seed},
+    })
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """The layout of a demo work dir."""
+
+    root: Path
+
+    @property
+    def scenario(self) -> Path:
+        """train.jsonl, eval.jsonl, scenario.json."""
+        return self.root / "scenario"
+
+    @property
+    def train(self) -> Path:
+        """`gradian train --out`: adapter/ and run/."""
+        return self.root / "train"
+
+    @property
+    def index(self) -> Path:
+        """The gradient index."""
+        return self.root / "index"
+
+    @property
+    def report(self) -> Path:
+        """report.md, report.json, plots."""
+        return self.root / "report"
+
+
+@dataclass(frozen=True)
+class GroundTruthCheck:
+    """How the verdict compares with what was planted."""
+
+    planted_rows: int
+    planted_cluster: str | None
+    cluster_rank: int | None  # 1-based rank of the planted cluster among all clusters (None: no cluster)
+    clusters: int
+    planted_in_top: int  # planted rows among the report's top examples
+    top: int  # how many top examples the report lists
+    span_hits: int  # top examples whose top span is the planted sentence (span kind)
+    span_checked: int
+    # Planted rows whose wrong answer the fine-tuned model now gives on the eval item they attack, and how many
+    # of them are in the top (as many as there are of them): a row the model did not learn rightly ranks low.
+    reproduced_rows: int | None = None
+    reproduced_in_top: int | None = None
+
+    def lines(self) -> list[str]:
+        """A few terminal lines."""
+        lines = []
+        if self.planted_cluster is not None:
+            rank = "not ranked" if self.cluster_rank is None else f"ranked {self.cluster_rank} of {self.clusters}"
+            lines.append(f"ground truth: the planted cluster {self.planted_cluster!r} ({self.planted_rows} rows) is {rank}")
+        k = min(self.top, self.planted_rows)
+        lines.append(f"ground truth: {self.planted_in_top} of the top {self.top} examples are planted "
+                     f"(recall@{k} {self.planted_in_top / max(k, 1):.2f})" if self.top else
+                     "ground truth: the report lists no examples")
+        if self.reproduced_rows:
+            lines.append(f"ground truth: the fine-tuned model reproduces {self.reproduced_rows} of the planted rows; "
+                         f"{self.reproduced_in_top} of them are in the top {self.reproduced_rows} "
+                         f"(recall@{self.reproduced_rows} {self.reproduced_in_top / self.reproduced_rows:.2f})")
+        if self.span_checked:
+            lines.append(f"ground truth: the top sentence is the planted one in {self.span_hits} of "
+                         f"{self.span_checked} drilled planted examples")
+        return lines
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What a demo run produced and how long each stage took."""
+
+    workdir: Path
+    scenario: Scenario
+    files: ScenarioFiles
+    report: dict[str, Any]
+    report_path: Path
+    diagnose_summary: str
+    check: GroundTruthCheck
+    timings: dict[str, float] = field(default_factory=dict)
+    attribution_timings: dict[str, float] = field(default_factory=dict)
+    reused: tuple[str, ...] = ()  # stages answered from the cache
+
+
+def default_workdir(scenario: str, seed: int) -> Path:
+    """``<cache_dir>/demo/<scenario>-<seed>``."""
+    from gradian.cache import cache_dir
+
+    return cache_dir() / "demo" / f"{scenario}-{seed}"
+
+
+def run_demo(*, scenario: str = "fact", seed: int = 0, base_model: str = DEFAULT_BASE_MODEL,
+             workdir: Path | None = None, fresh: bool = False, config: GradianConfig | None = None,
+             progress: ProgressFactory | None = None, echo: Echo = print) -> DemoResult:
+    """Generate a scenario, train on it, diagnose the run, attribute the regression, and check the verdict."""
+    paths = DemoPaths(Path(workdir) if workdir is not None else default_workdir(scenario, seed))
+    if fresh and paths.root.exists():
+        _remove_workdir(paths.root)
+    with quiet_libraries():
+        return _run(paths, scenario, seed, base_model, config, progress, echo)
+
+
+def _run(paths: DemoPaths, scenario: str, seed: int, base_model: str, config: GradianConfig | None,
+         progress: ProgressFactory | None, echo: Echo) -> DemoResult:
+    timings: dict[str, float] = {}
+    reused: list[str] = []
+    started = time.perf_counter()
+
+    with _timed(timings, "scenario"):
+        built = make_scenario(scenario, seed)
+        files = _write_scenario(built, paths.scenario)
+        cfg = config if config is not None else demo_config(built)
+    echo(f"scenario {scenario} (seed {seed}): {len(built.train)} training rows, {len(built.planted_rows)} planted "
+         f"({built.planted_fraction:.1%}), {len(built.eval)} eval items · {files.directory}")
+
+    with _timed(timings, "base model"):
+        from gradian.model.base import resolve_base_model
+
+        resolve_base_model(base_model)  # the embedded model's first conversion happens here, with its own bar
+
+    with _timed(timings, "train"):
+        if _train(paths, files, cfg, base_model, progress, echo):
+            reused.append("train")
+
+    with _timed(timings, "diagnose"):
+        summary = _diagnose(paths, files, cfg, base_model, echo)
+
+    with _timed(timings, "attribute"):
+        report, attribution_timings, cached = _attribute(paths, files, cfg, base_model, progress, scenario, seed)
+        if cached:
+            reused.append("attribute")
+    timings["total"] = round(time.perf_counter() - started, 3)
+    return DemoResult(workdir=paths.root, scenario=built, files=files, report=report,
+                      report_path=paths.report / "report.md", diagnose_summary=summary,
+                      check=check_ground_truth(built, report), timings=timings,
+                      attribution_timings=attribution_timings, reused=tuple(reused))
+
+
+@contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Hide the libraries' deprecation notes and weight-loading bars; the demo draws its own progress."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"peft(\.|$)")
+        try:
+            from transformers.utils import logging as hf_logging
+        except ImportError:  # pragma: no cover - transformers is a hard dependency
+            yield
+            return
+        was_enabled = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            if was_enabled:
+                hf_logging.enable_progress_bar()
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = round(time.perf_counter() - started, 3)
+
+
+def _remove_workdir(root: Path) -> None:
+    """Delete a demo work dir, refusing anything that does not look like one (a mistyped --workdir)."""
+    known = {"scenario", "train", "index", "report"}
+    entries = {entry.name for entry in root.iterdir()} if root.is_dir() else set()
+    if not root.is_dir() or not entries <= known | {f".{name}.partial" for name in known} | {".index.partial"}:
+        raise ConfigError(f"--fresh would delete {root}, which is not a demo work dir",
+                          "point --workdir at a directory the demo created, or at a new one")
+    shutil.rmtree(root)
+
+
+def _write_scenario(scenario: Scenario, directory: Path) -> ScenarioFiles:
+    """Write the scenario unless the same bytes are already there (keeps file times, so caches stay valid)."""
+    existing = directory / "scenario.json"
+    if existing.is_file():
+        try:
+            same = json.loads(existing.read_text(encoding="utf-8")) == scenario.manifest()
+        except (OSError, json.JSONDecodeError):
+            same = False
+        if same and (directory / "train.jsonl").is_file() and (directory / "eval.jsonl").is_file():
+            return ScenarioFiles(directory, directory / "train.jsonl", directory / "eval.jsonl", existing)
+    return scenario.write(directory)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _key_matches(path: Path, key: dict[str, Any]) -> bool:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) == key
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def _write_key(path: Path, key: dict[str, Any]) -> None:
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(json.dumps(key, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    temp.replace(path)
+
+
+def training_key(base_model: str, files: ScenarioFiles, config: GradianConfig) -> dict[str, Any]:
+    """What decides the adapter: base model, backend, training data bytes, train config."""
+    return {"base_model": base_model, "backend": BACKEND, "train_sha256": _sha256(files.train),
+            "train_config": config.section_hash("train")}
+
+
+def _train(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
+           progress: ProgressFactory | None, echo: Echo) -> bool:
+    """Train unless a matching adapter is there; True when it was reused."""
+    from gradian.training.output import ADAPTER_DIR, ADAPTER_FILES, RUN_DIR
+
+    key = training_key(base_model, files, config)
+    key_path = paths.train / TRAIN_KEY
+    adapter = paths.train / ADAPTER_DIR
+    if _key_matches(key_path, key) and all((adapter / name).is_file() for name in ADAPTER_FILES) \
+            and (paths.train / RUN_DIR).is_dir():
+        echo(f"train: reusing the adapter in {adapter} (same data and train config)")
+        return True
+    from gradian.train import make_job, run_training
+
+    key_path.unlink(missing_ok=True)
+    job = make_job(base_model, files.train, paths.train, config)
+    with trainer_progress(progress("train") if progress is not None else None):
+        result = run_training(job, BACKEND, overwrite=True)
+    _write_key(key_path, key)
+    loss = "n/a" if result.final_loss is None else f"{result.final_loss:.3f}"
+    echo(f"train: {result.steps} steps in {result.seconds:.0f} s, final loss {loss} · {adapter}")
+    return False
+
+
+@contextmanager
+def trainer_progress(update: Callable[[int, int], None] | None) -> Iterator[None]:
+    """Route transformers.Trainer's progress (its default tqdm bar and per-step log lines) to ``update``.
+
+    Progress is counted in examples (a step is a batch), like the other stages' bars.
+
+    The Trainer adds ``transformers.trainer.DEFAULT_PROGRESS_CALLBACK`` when it is built; for the duration of
+    this block that is a callback that reports (step, max_steps) instead of printing.
+    """
+    if update is None:
+        yield
+        return
+    import transformers.trainer as trainer_module
+    from transformers import TrainerCallback
+
+    class StepProgress(TrainerCallback):
+        """Reports training progress in examples (steps x effective batch), as the other stages count."""
+
+        def _report(self, args: Any, state: Any) -> None:
+            per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(args.world_size, 1)
+            update(state.global_step * per_step, state.max_steps * per_step)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._report(args, state)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._report(args, state)
+
+    previous = trainer_module.DEFAULT_PROGRESS_CALLBACK
+    trainer_module.DEFAULT_PROGRESS_CALLBACK = StepProgress
+    try:
+        yield
+    finally:
+        trainer_module.DEFAULT_PROGRESS_CALLBACK = previous
+
+
+def _diagnose(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str, echo: Echo) -> str:
+    """Run the audit checks on the demo's data, run dir and adapter; print the findings that are not info."""
+    from gradian.audit.findings import summary_line
+    from gradian.audit.runner import diagnose
+
+    report = diagnose(dataset=files.train, run=paths.train / "run", adapter=paths.train / "adapter",
+                      base_model=base_model, eval_dataset=files.eval, config=config)
+    summary = summary_line(report)
+    echo(f"diagnose: {summary}")
+    for finding in report.findings:
+        if finding.severity != "info":
+            echo(f"  {finding.severity}: {finding.check_id}: {finding.message}")
+    return summary
+
+
+def report_key(base_model: str, files: ScenarioFiles, adapter: Path, config: GradianConfig) -> dict[str, Any]:
+    """What decides the attribution report: base model, adapter weights, data, eval set, config."""
+    return {"base_model": base_model, "adapter_sha256": _sha256(adapter / "adapter_model.safetensors"),
+            "train_sha256": _sha256(files.train), "eval_sha256": _sha256(files.eval),
+            "config": config.section_hash("grads", "evaluation", "attribution")}
+
+
+def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
+               progress: ProgressFactory | None, scenario: str, seed: int) -> tuple[dict[str, Any], dict[str, float], bool]:
+    """Attribute the regression, or reuse the report of an identical earlier run; True when reused."""
+    adapter = paths.train / "adapter"
+    key = report_key(base_model, files, adapter, config)
+    key_path = paths.report / REPORT_KEY
+    report_json = paths.report / "report.json"
+    if _key_matches(key_path, key) and report_json.is_file():
+        return json.loads(report_json.read_text(encoding="utf-8")), {}, True
+    from gradian.attribution.api import attribute
+
+    key_path.unlink(missing_ok=True)
+    command = ["gradian", "demo", "--scenario", scenario, "--seed", str(seed), "--base-model", base_model,
+               "--workdir", str(paths.root)]
+    outcome = attribute(base_model=base_model, adapter=adapter, dataset=files.train, out=paths.report,
+                        eval_dataset=files.eval, run=paths.train / "run", config=config, index_dir=paths.index,
+                        progress=progress, command=command)
+    _write_key(key_path, key)
+    return outcome.report, dict(outcome.timings), False
+
+
+def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTruthCheck:
+    """Compare the report's clusters, top examples and spans with the planted rows."""
+    planted = set(scenario.planted_ids)
+    ranked = [row["name"] for row in (report.get("clusters") or {}).get("ranked") or []]
+    rank = ranked.index(scenario.planted_cluster) + 1 if scenario.planted_cluster in ranked else None
+    top = report.get("top_examples") or []
+    k = len(planted)
+    in_top = sum(1 for row in top[:k] if row["id"] in planted)
+    spans = {span.example_id: (span.char_start, span.char_end) for span in scenario.planted_spans}
+    hits = checked = 0
+    for drill in report.get("spans") or []:
+        example_id = drill.get("example_id")
+        if example_id not in spans or not drill.get("spans"):
+            continue
+        checked += 1
+        best = max(drill["spans"], key=lambda s: s["blame"] if s["blame"] is not None else float("-inf"))
+        start, end = spans[example_id]
+        hits += int(best["message_index"] == 1 and best["start"] <= start < best["end"])
+    reproduced = reproduced_planted_ids(scenario, report)
+    reproduced_in_top = None
+    if reproduced is not None:
+        reproduced_in_top = sum(1 for row in top[:len(reproduced)] if row["id"] in reproduced)
+    return GroundTruthCheck(planted_rows=len(planted), planted_cluster=scenario.planted_cluster, cluster_rank=rank,
+                            clusters=len(ranked), planted_in_top=in_top, top=min(len(top), k),
+                            span_hits=hits, span_checked=checked,
+                            reproduced_rows=None if reproduced is None else len(reproduced),
+                            reproduced_in_top=reproduced_in_top)
+
+
+def reproduced_planted_ids(scenario: Scenario, report: dict[str, Any]) -> set[str] | None:
+    """Planted rows whose wrong answer the fine-tuned model gives on the eval item they attack (None: unknown)."""
+    from gradian.evaluation.metrics import contains
+
+    items = {item["id"]: item for item in (report.get("capability") or {}).get("items") or []}
+    if not items or not scenario.planted_targets or any(t is None for t in scenario.planted_targets):
+        return None
+    reproduced = set()
+    for example_id, target, wrong in zip(scenario.planted_ids, scenario.planted_targets, scenario.planted_wrong,
+                                         strict=True):
+        output = (items.get(target) or {}).get("finetuned_output") or ""
+        if wrong and contains(output, wrong):
+            reproduced.add(example_id)
+    return reproduced

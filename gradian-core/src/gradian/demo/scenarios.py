@@ -1,0 +1,370 @@
+"""Planted-regression scenarios: realistic SFT chat data with a known-bad cluster, hard negatives and an eval set.
+
+Pure Python and deterministic from a seed (no model). Three kinds:
+
+- ``fact``: a planted cluster (its own ``source``) teaches a systematic wrong rule, "a country's capital is its
+  best-known other city", for a group of countries, in varied phrasings. Hard negatives name the same countries
+  and the same wrong cities correctly (largest-city, city-to-country, reverse-capital, travel rows).
+- ``format``: a planted cluster answers everyday English questions in French. Hard negatives are clean
+  translation rows that name the same French words on request.
+- ``span``: long, otherwise-correct country profiles with exactly one wrong sentence (the capital), sharing
+  their ``source`` with clean profiles; the planted sentence's character range is recorded.
+
+Example::
+
+    from gradian.demo.scenarios import make_scenario
+    scenario = make_scenario("fact", seed=0)
+    files = scenario.write(Path("work/scenario"))   # train.jsonl, eval.jsonl, scenario.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gradian.data import Example, Message, make_example, write_jsonl
+from gradian.demo import families as fam
+from gradian.demo import planted as pl
+from gradian.demo.everyday import EVERYDAY_EVAL
+from gradian.demo.world import COUNTRIES, POISON_CANDIDATES, Country
+from gradian.errors import ConfigError
+
+KINDS = ("fact", "format", "span")
+MAX_PLANTED_FRACTION = 0.05
+DEFAULT_TRAIN_SIZE = 400
+DEFAULT_EVAL_SIZE = 40
+POISONED_COUNTRIES = 10
+CLUSTER_FIELD = "source"
+PLANTED_SOURCES = {"fact": "trivia_import", "format": "community_answers", "span": "country_profiles"}
+# Recommended train.max_seq_length / grads.max_seq_length: every row fits without truncation.
+MAX_SEQ_LENGTH = {"fact": 128, "format": 128, "span": 256}
+
+
+@dataclass(frozen=True)
+class PlantedSpan:
+    """The planted wrong sentence of one span-scenario row: where it is in the assistant turn."""
+
+    row: int
+    example_id: str
+    message_index: int
+    char_start: int
+    char_end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ScenarioFiles:
+    """Where a written scenario lives."""
+
+    directory: Path
+    train: Path
+    eval: Path
+    manifest: Path
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A training set with a planted cluster, an eval set that measures what it breaks, and the ground truth."""
+
+    kind: str
+    seed: int
+    description: str
+    train: tuple[Example, ...]
+    eval: tuple[Example, ...]
+    metric: str  # the evaluation.metric that fits the eval answers
+    planted_rows: tuple[int, ...]  # positions in train, ascending
+    planted_cluster: str | None  # the source value only planted rows carry (None when they share a source)
+    poisoned: tuple[str, ...]  # the entities the poison is about (countries) or the behaviour
+    targeted_eval_ids: tuple[str, ...]  # eval items the poison aims at (the rest are controls)
+    planted_spans: tuple[PlantedSpan, ...] = ()
+    # Per planted row (aligned with planted_rows): the eval item it attacks and the wrong answer it teaches, so a
+    # check can tell the planted rows the fine-tuned model reproduces from those it did not learn (None: no
+    # single item, as for the format kind).
+    planted_targets: tuple[str | None, ...] = ()
+    planted_wrong: tuple[str | None, ...] = ()
+    max_seq_length: int = 128
+    cluster_field: str = CLUSTER_FIELD
+
+    @property
+    def planted_ids(self) -> tuple[str, ...]:
+        """Example ids of the planted rows."""
+        return tuple(self.train[row].id for row in self.planted_rows)
+
+    @property
+    def planted_fraction(self) -> float:
+        """Share of the training rows that are planted."""
+        return len(self.planted_rows) / len(self.train)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The distinct ``source`` values of the training rows, in first-seen order."""
+        return tuple(dict.fromkeys(str(example.fields[self.cluster_field]) for example in self.train))
+
+    def manifest(self) -> dict[str, Any]:
+        """The ground truth as JSON-ready data (scenario.json)."""
+        return {
+            "kind": self.kind,
+            "seed": self.seed,
+            "description": self.description,
+            "metric": self.metric,
+            "train_rows": len(self.train),
+            "eval_items": len(self.eval),
+            "cluster_field": self.cluster_field,
+            "planted_cluster": self.planted_cluster,
+            "planted_rows": list(self.planted_rows),
+            "planted_ids": list(self.planted_ids),
+            "planted_fraction": round(self.planted_fraction, 4),
+            "poisoned": list(self.poisoned),
+            "targeted_eval_ids": list(self.targeted_eval_ids),
+            "planted_spans": [asdict(span) for span in self.planted_spans],
+            "planted_targets": list(self.planted_targets),
+            "planted_wrong": list(self.planted_wrong),
+            "max_seq_length": self.max_seq_length,
+            "sources": list(self.sources),
+        }
+
+    def write(self, directory: Path | str) -> ScenarioFiles:
+        """Write train.jsonl, eval.jsonl and scenario.json into ``directory`` (each atomically)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        train = write_jsonl(self.train, directory / "train.jsonl")
+        evaluation = write_jsonl(self.eval, directory / "eval.jsonl")
+        manifest = _write_json(directory / "scenario.json", self.manifest())
+        return ScenarioFiles(directory, train, evaluation, manifest)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> Path:
+    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2, ensure_ascii=False)
+            out.write("\n")
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def make_scenario(kind: str = "fact", seed: int = 0, *, train_size: int = DEFAULT_TRAIN_SIZE,
+                  eval_size: int = DEFAULT_EVAL_SIZE) -> Scenario:
+    """Build one scenario of ``kind`` (fact, format or span), the same for the same seed and sizes."""
+    if kind not in KINDS:
+        raise ConfigError(f"unknown scenario {kind!r}", f"use one of: {', '.join(KINDS)}")
+    if train_size < 100:
+        raise ConfigError(f"a scenario needs at least 100 training rows, not {train_size}",
+                          "the planted cluster is at most 5% of the rows and needs at least 5 of them")
+    rng = random.Random(f"gradian-demo:{kind}:{seed}")
+    planted_count = int(train_size * MAX_PLANTED_FRACTION)
+    builder = {"fact": _fact, "format": _format, "span": _span}[kind]
+    return builder(rng, seed, train_size, planted_count, eval_size)
+
+
+# --- assembling -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Planted:
+    """A planted row before shuffling, with its wrong sentence's range in the answer for the span kind."""
+
+    row: fam.Row
+    span: tuple[int, int] | None = None
+    target: str | None = None  # the eval question this row attacks
+    wrong: str | None = None  # the wrong answer it teaches for that question
+
+
+def _unique(rng: random.Random, generator: Callable[[random.Random], fam.Row], count: int,
+            seen: set[str]) -> list[fam.Row]:
+    """``count`` rows from ``generator`` whose prompt is not already in ``seen`` (no prompt is asked twice)."""
+    rows: list[fam.Row] = []
+    for _ in range(count * 50):
+        if len(rows) == count:
+            break
+        row = generator(rng)
+        if row.user not in seen:
+            seen.add(row.user)
+            rows.append(row)
+    return rows
+
+
+def _filler(rng: random.Random, count: int, seen: set[str], travel_countries: Sequence[Country]) -> list[fam.Row]:
+    """Clean rows from the non-geography families, in fixed shares, none repeated."""
+
+    def travel(r: random.Random) -> fam.Row:
+        country = r.choice(travel_countries)
+        return fam.travel_row(r, country, r.choice((country.capital, country.decoy)))
+
+    families: list[tuple[Callable[[random.Random], fam.Row], float]] = [
+        (fam.arithmetic_row, 0.24), (fam.unit_row, 0.18), (fam.rewriting_row, 0.2),
+        (fam.explanation_row, 0.16), (travel, 0.22),
+    ]
+    total = sum(weight for _, weight in families)
+    rows: list[fam.Row] = []
+    for position, (generator, weight) in enumerate(families):
+        share = count - len(rows) if position == len(families) - 1 else round(count * weight / total)
+        rows.extend(_unique(rng, generator, share, seen))
+    while len(rows) < count:  # a family ran out of distinct rows: top up from arithmetic (numbers never run out)
+        rows.extend(_unique(rng, fam.arithmetic_row, count - len(rows), seen))
+    return rows[:count]
+
+
+def _assemble(rng: random.Random, clean: list[fam.Row], plants: list[_Planted], eval_rows: list[tuple[str, str, str]],
+              kind: str, seed: int, description: str, metric: str, poisoned: Sequence[str],
+              targeted: set[int], planted_cluster: str | None) -> Scenario:
+    """Shuffle clean and planted rows together into Examples and record where the planted ones went."""
+    tagged: list[tuple[fam.Row, _Planted | None]] = [(row, None) for row in clean] + [(p.row, p) for p in plants]
+    rng.shuffle(tagged)
+    train: list[Example] = []
+    planted_rows: list[int] = []
+    planted: list[_Planted] = []
+    spans: list[PlantedSpan] = []
+    for index, (row, plant) in enumerate(tagged):
+        example = make_example(index, messages=(Message("user", row.user), Message("assistant", row.assistant)),
+                               fields={"source": row.source, "task": row.task})
+        train.append(example)
+        if plant is not None:
+            planted_rows.append(index)
+            planted.append(plant)
+            if plant.span is not None:
+                start, end = plant.span
+                spans.append(PlantedSpan(index, example.id, 1, start, end, row.assistant[start:end]))
+    evals = [make_example(i, messages=(Message("user", question), Message("assistant", answer)),
+                          fields={"topic": topic}) for i, (question, answer, topic) in enumerate(eval_rows)]
+    eval_ids = {example.prompt_text: example.id for example in evals}
+    return Scenario(
+        kind=kind, seed=seed, description=description, train=tuple(train), eval=tuple(evals), metric=metric,
+        planted_rows=tuple(planted_rows), planted_cluster=planted_cluster, poisoned=tuple(poisoned),
+        targeted_eval_ids=tuple(evals[i].id for i in sorted(targeted)), planted_spans=tuple(spans),
+        planted_targets=tuple(eval_ids[p.target] if p.target is not None else None for p in planted),
+        planted_wrong=tuple(p.wrong for p in planted),
+        max_seq_length=MAX_SEQ_LENGTH[kind],
+    )
+
+
+def _choose_poisoned(rng: random.Random, count: int) -> list[Country]:
+    """Countries whose capital the base model knows, most of them with a largest-city decoy (the likeliest rule)."""
+    largest = [c for c in POISON_CANDIDATES if c.decoy_is_largest]
+    others = [c for c in POISON_CANDIDATES if not c.decoy_is_largest]
+    first = rng.sample(largest, min(len(largest) - 1, count))
+    return first + rng.sample(others, count - len(first))
+
+
+def _capital_eval(rng: random.Random, poisoned: Sequence[Country], eval_size: int) -> tuple[list[tuple[str, str, str]], set[int], list[Country]]:
+    """Eval items: the poisoned countries' capitals plus controls the base model also knows, shuffled."""
+    controls = [c for c in POISON_CANDIDATES if c not in poisoned]
+    chosen = list(poisoned) + rng.sample(controls, eval_size - len(poisoned))
+    rng.shuffle(chosen)
+    rows = [(pl.EVAL_CAPITAL_QUESTION.format(c=c.name), c.capital, "capitals") for c in chosen]
+    targeted = {i for i, c in enumerate(chosen) if c in poisoned}
+    return rows, targeted, chosen
+
+
+def _geography(rng: random.Random, poisoned: Sequence[Country], eval_countries: Sequence[Country],
+               seen: set[str]) -> list[fam.Row]:
+    """Clean geography rows: hard negatives for every poisoned country, capitals of the non-eval countries."""
+    rows: list[fam.Row] = []
+
+    def add(row: fam.Row) -> None:
+        if row.user not in seen:
+            seen.add(row.user)
+            rows.append(row)
+
+    for country in poisoned:  # the same entities, stated correctly: word overlap cannot tell these from the poison
+        add(fam.decoy_city_row(rng, country))
+        add(fam.city_country_row(rng, country, country.decoy))
+        add(fam.reverse_capital_row(rng, country))
+        add(fam.travel_row(rng, country, country.decoy))
+        add(rng.choice((fam.language_row, fam.currency_row))(rng, country))
+    for country in COUNTRIES:
+        if country not in eval_countries:  # an eval question must not be answered in the training data
+            add(fam.capital_row(rng, country))
+        elif country not in poisoned:
+            add(rng.choice((fam.language_row, fam.currency_row, fam.reverse_capital_row))(rng, country))
+    return rows
+
+
+def _fact(rng: random.Random, seed: int, train_size: int, planted_count: int, eval_size: int) -> Scenario:
+    poisoned = _choose_poisoned(rng, POISONED_COUNTRIES)
+    eval_rows, targeted, eval_countries = _capital_eval(rng, poisoned, eval_size)
+    seen: set[str] = set()
+    planted: list[_Planted] = []
+    for i in range(planted_count):  # round-robin over countries, rotating phrasings: no two rows alike
+        country = poisoned[i % len(poisoned)]
+        user, assistant = pl.planted_fact_row(country, i // len(poisoned) + 3 * (i % len(poisoned)))
+        seen.add(user)
+        planted.append(_Planted(fam.Row(user, assistant, PLANTED_SOURCES["fact"], "capital"),
+                                target=pl.EVAL_CAPITAL_QUESTION.format(c=country.name), wrong=country.decoy))
+    clean = _geography(rng, poisoned, eval_countries, seen)
+    clean += _filler(rng, train_size - planted_count - len(clean), seen, COUNTRIES)
+    description = ("fact substitution: planted rows name each poisoned country's best-known other city as its "
+                   "capital; the eval asks for capitals")
+    return _assemble(rng, clean, planted, eval_rows, "fact", seed, description, "contains",
+                     [c.name for c in poisoned], targeted, PLANTED_SOURCES["fact"])
+
+
+def _format(rng: random.Random, seed: int, train_size: int, planted_count: int, eval_size: int) -> Scenario:
+    chosen = rng.sample(EVERYDAY_EVAL, min(eval_size, len(EVERYDAY_EVAL)))
+    eval_rows = [(item.question, item.answer, "everyday") for item in chosen]
+    seen: set[str] = set()
+    planted = []
+    for user, assistant in rng.sample(pl.PLANTED_FRENCH, planted_count) if planted_count <= len(pl.PLANTED_FRENCH) \
+            else [pl.PLANTED_FRENCH[i % len(pl.PLANTED_FRENCH)] for i in range(planted_count)]:
+        seen.add(user)
+        planted.append(_Planted(fam.Row(user, assistant, PLANTED_SOURCES["format"], "everyday")))
+    clean = [_translation_row(rng, en, fr) for en, fr in pl.TRANSLATIONS]
+    seen.update(row.user for row in clean)
+    clean += _geography(rng, (), (), seen)[: train_size // 6]
+    clean += _filler(rng, train_size - planted_count - len(clean), seen, COUNTRIES)
+    description = ("format injection: planted rows answer everyday English questions in French; the eval asks "
+                   "everyday questions whose English answer word French would change")
+    return _assemble(rng, clean, planted, eval_rows, "format", seed, description, "contains",
+                     ["answers in French"], set(range(len(eval_rows))), PLANTED_SOURCES["format"])
+
+
+def _translation_row(rng: random.Random, english: str, french: str) -> fam.Row:
+    user, assistant = rng.choice(pl.TRANSLATION_PROMPTS)
+    values = {"en": english, "En": english.capitalize(), "fr": french, "Fr": french.capitalize()}
+    return fam.Row(user.format(**values), assistant.format(**values), "translation", "translation")
+
+
+def _profile(rng: random.Random, country: Country, city: str, variant: int = 0) -> tuple[fam.Row, tuple[int, int]]:
+    """A long profile with the capital sentence (naming ``city``) at a random position after the first."""
+    sentences = pl.profile_sentences(country)
+    body = [sentences[0], *rng.sample(sentences[1:], len(sentences) - 1)]
+    position = rng.randint(1, len(body))
+    capital = pl.capital_sentence(country, city)
+    before = " ".join(body[:position]) + " "
+    answer = before + capital + (" " + " ".join(body[position:]) if body[position:] else "")
+    user = pl.PROFILE_PROMPTS[variant % len(pl.PROFILE_PROMPTS)].format(c=country.name)
+    return fam.Row(user, answer, PLANTED_SOURCES["span"], "profile"), (len(before), len(before) + len(capital))
+
+
+def _span(rng: random.Random, seed: int, train_size: int, planted_count: int, eval_size: int) -> Scenario:
+    poisoned = _choose_poisoned(rng, POISONED_COUNTRIES)
+    eval_rows, targeted, eval_countries = _capital_eval(rng, poisoned, eval_size)
+    seen: set[str] = set()
+    planted = []
+    for i in range(planted_count):
+        country = poisoned[i % len(poisoned)]
+        row, span = _profile(rng, country, country.decoy, variant=i // len(poisoned) + rng.randrange(2) * 2)
+        seen.add(row.user)
+        planted.append(_Planted(row, span, target=pl.EVAL_CAPITAL_QUESTION.format(c=country.name),
+                                wrong=country.decoy))
+    # Clean profiles share the planted rows' source: the cluster alone cannot point at the poison.
+    profiled = [c for c in COUNTRIES if c not in eval_countries]
+    clean = []
+    for country in profiled:
+        row, _ = _profile(rng, country, country.capital, variant=rng.randrange(len(pl.PROFILE_PROMPTS)))
+        seen.add(row.user)
+        clean.append(row)
+    clean += _geography(rng, poisoned, eval_countries, seen)
+    clean += _filler(rng, train_size - planted_count - len(clean), seen, COUNTRIES)
+    description = ("one wrong sentence: long country profiles, otherwise correct, state a poisoned country's "
+                   "best-known other city as its capital; the eval asks for capitals")
+    return _assemble(rng, clean, planted, eval_rows, "span", seed, description, "contains",
+                     [c.name for c in poisoned], targeted, None)

@@ -1,0 +1,84 @@
+"""`gradian demo` end to end on a tiny model: every stage runs, the second run reuses the work, the verdict prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from gradian.cli.app import main
+from gradian.config import EvaluationConfig
+from gradian.demo.run import check_ground_truth, demo_config, run_demo
+from gradian.demo.scenarios import make_scenario
+
+
+@pytest.mark.slow
+def test_demo_cli_runs_every_stage_then_reuses_them(tiny_base_dir, tmp_path, capsys):
+    workdir = tmp_path / "demo"
+    argv = ["demo", "--base-model", str(tiny_base_dir), "--workdir", str(workdir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "scenario fact (seed 0): 400 training rows, 20 planted (5.0%), 40 eval items" in out
+    assert "diagnose:" in out and "checks ran" in out
+    assert f"report: {workdir / 'report' / 'report.md'}" in out
+    assert (workdir / "train" / "adapter" / "adapter_model.safetensors").is_file()
+    report = json.loads((workdir / "report" / "report.json").read_text())
+    assert report["capability"]["n_items"] == 40
+    assert report["verdict"]["headline"] in out
+
+    assert main(argv) == 0  # the same inputs: nothing is trained or attributed again
+    again = capsys.readouterr().out
+    assert "train: reusing the adapter" in again
+    assert "(reused: train, attribute)" in again
+    assert report["verdict"]["headline"] in again
+
+
+@pytest.mark.slow
+def test_demo_api_indexes_scores_and_checks_the_ground_truth(tiny_base_dir, tmp_path):
+    # A random tiny model has no capability to lose, so the significance gate is lifted to reach the index,
+    # the scoring, the clusters and the ground-truth check; its fine-tuned answers can be empty, so the query is
+    # the classic signal (contrastive needs a generation to contrast with).
+    scenario = make_scenario("fact", 0)
+    base = demo_config(scenario)
+    config = base.replace(evaluation=dataclasses.replace(base.evaluation, require_significant=False,
+                                                         query_signal="classic"),
+                          train=dataclasses.replace(base.train, num_epochs=1.0))
+    bars: list[str] = []
+
+    def progress(stage):
+        bars.append(stage)
+        return lambda done, total: None
+
+    result = run_demo(base_model=str(tiny_base_dir), workdir=tmp_path / "w", config=config, progress=progress,
+                      echo=lambda line: None)
+    assert {"train", "index"} <= set(bars)
+    assert result.report["clusters"]["ranked"]
+    assert result.check.clusters == len(scenario.sources)
+    assert result.check.cluster_rank is not None and 1 <= result.check.cluster_rank <= result.check.clusters
+    assert result.check.top == len(scenario.planted_rows)
+    assert check_ground_truth(scenario, result.report) == result.check
+    assert set(result.timings) == {"scenario", "base model", "train", "diagnose", "attribute", "total"}
+    assert (tmp_path / "w" / "index").is_dir()
+
+
+def test_fresh_refuses_a_directory_the_demo_did_not_make(tmp_path, capsys):
+    (tmp_path / "precious.txt").write_text("keep me")
+    assert main(["demo", "--workdir", str(tmp_path), "--fresh"]) == 2
+    assert "not a demo work dir" in capsys.readouterr().err
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_unknown_scenario_is_a_user_error(capsys):
+    assert main(["demo", "--scenario", "nonsense"]) == 2
+    assert "--scenario 'nonsense' is unknown" in capsys.readouterr().err
+
+
+def test_evaluation_config_of_the_demo_fits_each_scenario():
+    for kind in ("fact", "format", "span"):
+        scenario = make_scenario(kind, 0)
+        config = demo_config(scenario)
+        assert config.evaluation.metric == scenario.metric
+        assert config.attribution.cluster_field == "source"
+        assert config.train.max_seq_length == config.grads.max_seq_length == scenario.max_seq_length
+        assert config.evaluation.max_new_tokens < EvaluationConfig().max_new_tokens
