@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from gradian.hookspecs import hookimpl
 
-# Filled in by the modules that own each built-in; kept as "module:attr" strings so that listing
-# plugins imports nothing heavy.
+# Named as "module:attr" strings, imported only when a hook is called, so loading plugins stays light.
 BUILTIN_CODECS: tuple[str, ...] = ("gradian.index.codecs.npy:NPY_CODEC",)
 BUILTIN_READERS: tuple[str, ...] = (
     "gradian.audit.runlog.hf_trainer:READER",
