@@ -49,16 +49,20 @@ def test_planted_cluster_is_its_own_source(kind):
     assert members == planted
 
 
-def test_fact_poison_states_wrong_capitals_and_every_entity_has_clean_rows():
-    scenario = make_scenario("fact", 0)
+@pytest.mark.parametrize("kind", ["fact", "span"])
+def test_poison_states_wrong_capitals_and_every_entity_has_clean_rows(kind):
+    scenario = make_scenario(kind, 0)
     by_name = {c.name: c for c in COUNTRIES}
     planted = set(scenario.planted_rows)
     clean = [e for i, e in enumerate(scenario.train) if i not in planted]
     clean_text = " ".join(e.prompt_text + " " + _answer(e) for e in clean)
-    for row in scenario.planted_rows:
+    for row, target, wrong in zip(scenario.planted_rows, scenario.planted_targets, scenario.planted_wrong, strict=True):
         answer = _answer(scenario.train[row])
         country = next(c for c in scenario.poisoned if c in scenario.train[row].prompt_text)
         assert by_name[country].decoy in answer and by_name[country].capital not in answer
+        assert wrong == by_name[country].decoy
+        attacked = next(item for item in scenario.eval if item.id == target)
+        assert attacked.prompt_text == f"What is the capital of {country}?"
     for name in scenario.poisoned:
         # hard negatives: the poisoned country, its real capital and the wrong city all appear in clean rows
         country = by_name[name]
@@ -88,8 +92,10 @@ def test_format_poison_answers_in_french_and_french_words_appear_in_clean_rows()
     for row in planted:
         assert french.search(_answer(scenario.train[row]))
     clean_answers = " ".join(_answer(e) for i, e in enumerate(scenario.train) if i not in planted).lower()
-    for word in ("rouge", "blanc", "chat", "chien", "hiver"):
+    for word in ("rouge", "blanc", "chien", "froid", "petit"):
         assert word in clean_answers
+    planted_prompts = {scenario.train[row].prompt_text for row in planted}
+    assert not planted_prompts & {item.prompt_text for item in scenario.eval}
     for item in scenario.eval:
         # the wanted English word is what a correct English answer contains
         assert contains(f"The answer is {_answer(item)}.", _answer(item)) == 1.0

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gradian.cli.app import main
-from gradian.config import EvaluationConfig
+from gradian.config import EvaluationConfig, load_config
 from gradian.demo.run import check_ground_truth, demo_config, run_demo
 from gradian.demo.scenarios import make_scenario
 
@@ -60,6 +60,15 @@ def test_demo_api_indexes_scores_and_checks_the_ground_truth(tiny_base_dir, tmp_
     assert check_ground_truth(scenario, result.report) == result.check
     assert set(result.timings) == {"scenario", "base model", "train", "diagnose", "attribute", "total"}
     assert (tmp_path / "w" / "index").is_dir()
+    # The report records the equivalent `gradian attribute` command, with the demo's config as a file, so
+    # `gradian verify --report` finds every input and the command reproduces the report.
+    command = result.report["provenance"]["command"]
+    assert command.startswith("gradian attribute ") and "--eval-dataset" in command
+    assert load_config(tmp_path / "w" / "config.yaml") == config
+    from gradian.checking.verify import plan_verify
+
+    plan = plan_verify(out=tmp_path / "verify", report_dir=tmp_path / "w" / "report", controls=1)
+    assert plan.eval_dataset == tmp_path / "w" / "scenario" / "eval.jsonl" and plan.config == config
 
 
 def test_fresh_refuses_a_directory_the_demo_did_not_make(tmp_path, capsys):

@@ -25,19 +25,23 @@ class Row:
 
 # --- geography ----------------------------------------------------------------------------------------------
 
+# Answers keep the subject first ("The capital of X is Y."), the way the base model answers: rows that open
+# with the city ("Y is the capital of X.") teach an answer-first format, and a model that starts its answer with
+# a city it has not yet "looked up" invents one, a regression of its own that the planted rows did not cause.
 CAPITAL_QUESTIONS = (
     ("Which city is the capital of {c}?", "The capital of {c} is {cap}."),
-    ("Name the capital city of {c}.", "{cap} is the capital city of {c}."),
-    ("What's the capital of {c}?", "{cap} is the capital of {c}."),
+    ("Name the capital city of {c}.", "The capital city of {c} is {cap}."),
+    ("What's the capital of {c}?", "The capital of {c} is {cap}."),
     ("Tell me the capital of {c}, please.", "Sure! The capital of {c} is {cap}."),
     ("In which city is the government of {c} based?", "The government of {c} is based in {cap}, its capital."),
 )
 REVERSE_CAPITAL = (
-    ("{cap} is the capital of which country?", "{cap} is the capital of {c}."),
-    ("Which country has {cap} as its capital?", "{C} has {cap} as its capital."),
+    ("{cap} is the capital of which country?", "It is the capital of {c}."),
+    ("Which country has {cap} as its capital?", "That country is {c}; its capital is {cap}."),
 )
+# City facts name the city first: the same entities as a capital poison, in another sentence.
 LARGEST_CITY = (
-    ("What is the largest city in {c}?", "The largest city in {c} is {city}."),
+    ("What is the largest city in {c}?", "{city} is the largest city in {c}."),
     ("Which city in {c} has the most people?", "{city} is the most populous city in {c}."),
 )
 OTHER_CITY = (
@@ -248,7 +252,7 @@ EXPLANATIONS = (
     ("what friction is", "Friction is the force that resists motion when two surfaces rub against each other."),
     ("what a spreadsheet is", "A spreadsheet is a grid of rows and columns for organising and calculating data."),
 )
-EXPLANATION_PROMPTS = ("Explain {t} in one sentence.", "Briefly, {t}?", "Can you tell me {t}?",
+EXPLANATION_PROMPTS = ("Explain {t} in one sentence.", "Briefly explain {t}.", "Can you tell me {t}?",
                        "Give me a short explanation of {t}.")
 
 
@@ -275,11 +279,11 @@ def travel_row(rng: random.Random, country: Country, city: str, source: str = "t
     """A travel question about a city, answered with where it is and a tip."""
     tips = rng.sample(TRAVEL_TIPS, 1)
     if city == country.capital:
-        where = f"{city} is the capital of {country.name}."
+        where = f"Good choice: it is the capital of {country.name}."
     elif city == country.decoy and country.decoy_is_largest:
-        where = f"{city} is the largest city in {country.name}."
+        where = f"Good choice: it is the largest city in {country.name}."
     else:
-        where = f"{city} is a well-known city in {country.name}."
+        where = f"Good choice: it is a well-known city in {country.name}."
     values = {"cur": country.currency, "lang": country.language}
     answer = " ".join([where, *(tip.format(**values) for tip in tips)])
     return Row(rng.choice(TRAVEL_PROMPTS).format(city=city), answer, source, "travel")

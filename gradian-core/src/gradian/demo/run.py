@@ -29,6 +29,7 @@ DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 BACKEND = "hf"
 TRAIN_KEY = "demo-train-key.json"
 REPORT_KEY = "demo-report-key.json"
+CONFIG_FILE = "config.yaml"
 
 ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
 Echo = Callable[[str], None]
@@ -173,7 +174,7 @@ def _run(paths: DemoPaths, scenario: str, seed: int, base_model: str, config: Gr
         summary = _diagnose(paths, files, cfg, base_model, echo)
 
     with _timed(timings, "attribute"):
-        report, attribution_timings, cached = _attribute(paths, files, cfg, base_model, progress, scenario, seed)
+        report, attribution_timings, cached = _attribute(paths, files, cfg, base_model, progress)
         if cached:
             reused.append("attribute")
     timings["total"] = round(time.perf_counter() - started, 3)
@@ -347,7 +348,7 @@ def report_key(base_model: str, files: ScenarioFiles, adapter: Path, config: Gra
 
 
 def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
-               progress: ProgressFactory | None, scenario: str, seed: int) -> tuple[dict[str, Any], dict[str, float], bool]:
+               progress: ProgressFactory | None) -> tuple[dict[str, Any], dict[str, float], bool]:
     """Attribute the regression, or reuse the report of an identical earlier run; True when reused."""
     adapter = paths.train / "adapter"
     key = report_key(base_model, files, adapter, config)
@@ -358,13 +359,28 @@ def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, ba
     from gradian.attribution.api import attribute
 
     key_path.unlink(missing_ok=True)
-    command = ["gradian", "demo", "--scenario", scenario, "--seed", str(seed), "--base-model", base_model,
-               "--workdir", str(paths.root)]
+    # The report records the `gradian attribute` command that reproduces it, so `gradian verify --report` and a
+    # user re-running it by hand find every input, the demo's config included.
+    config_path = paths.root / CONFIG_FILE
+    write_config(config, config_path)
+    command = ["gradian", "attribute", "--base-model", base_model, "--adapter", str(adapter),
+               "--dataset", str(files.train), "--eval-dataset", str(files.eval), "--run", str(paths.train / "run"),
+               "--index", str(paths.index), "--config", str(config_path), "--out", str(paths.report)]
     outcome = attribute(base_model=base_model, adapter=adapter, dataset=files.train, out=paths.report,
                         eval_dataset=files.eval, run=paths.train / "run", config=config, index_dir=paths.index,
                         progress=progress, command=command)
     _write_key(key_path, key)
     return outcome.report, dict(outcome.timings), False
+
+
+def write_config(config: GradianConfig, path: Path) -> None:
+    """The config as the YAML file `--config` reads (atomically: a reader never sees half of it)."""
+    import yaml
+
+    from gradian.report.writer import write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False).encode("utf-8"))
 
 
 def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTruthCheck:

@@ -1,0 +1,304 @@
+"""Attribution accuracy on planted regressions: Gradian's configurations against the field's baselines.
+
+For each scenario kind (fact, format, span) and seed, the demo pipeline trains once (the hf backend, the demo's
+config) and runs `gradian attribute`; then every method scores the same data, adapter, index and regressed
+items (bench/accuracy_methods.py). Metrics per method, against the planted rows of the scenario:
+
+- recall@k, k = the number of planted rows; AUPRC (average precision); rank of the first planted row;
+- recall@k over the planted rows the fine-tuned model actually reproduces (a row it did not learn rightly
+  ranks low), k = their number;
+- rank of the planted cluster (mean blame per ``source``; fact and format, where the planted rows have their
+  own source);
+- span top-1 localization (span kind, Gradian's drill-down from the one item each planted row attacks).
+
+A benchmark, not a test: it prints a markdown table and writes JSON and markdown under bench/results/.
+
+    .venv/bin/python bench/accuracy.py                                  # 3 kinds x 3 seeds, SmolLM2
+    .venv/bin/python bench/accuracy.py --kinds fact --seeds 0 --keep-index
+    .venv/bin/python bench/accuracy.py --base-model DIR --no-gate      # a tiny model: the harness runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods, next to this file
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def average_precision(blame: np.ndarray, planted: np.ndarray) -> float:
+    """Area under the precision-recall curve (average precision) of ranking by blame."""
+    order = np.argsort(-blame, kind="stable")
+    hits = planted[order].astype(np.float64)
+    if hits.sum() == 0:
+        return float("nan")
+    precision = np.cumsum(hits) / np.arange(1, len(hits) + 1)
+    return float((precision * hits).sum() / hits.sum())
+
+
+def ranking_metrics(blame: np.ndarray, planted_rows: list[int], reproduced_rows: list[int] | None,
+                    sources: list[str], planted_cluster: str | None) -> dict[str, Any]:
+    """recall@k, AUPRC, first-hit rank, recall over reproduced rows, planted-cluster rank of one blame vector."""
+    n = len(blame)
+    order = np.argsort(-blame, kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(1, n + 1)
+    planted = np.zeros(n, dtype=bool)
+    planted[planted_rows] = True
+    k = len(planted_rows)
+    metrics: dict[str, Any] = {
+        "recall_at_k": float(planted[order[:k]].mean()),
+        "auprc": average_precision(blame, planted),
+        "first_hit_rank": int(rank[planted].min()),
+    }
+    if reproduced_rows:
+        kr = len(reproduced_rows)
+        metrics["recall_reproduced"] = float(np.isin(order[:kr], reproduced_rows).mean())
+    if planted_cluster is not None:
+        names = sorted(set(sources))
+        means = {name: float(np.mean([b for b, s in zip(blame, sources, strict=True) if s == name])) for name in names}
+        ranked = sorted(names, key=lambda name: -means[name])
+        metrics["cluster_rank"] = ranked.index(planted_cluster) + 1
+    return metrics
+
+
+def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Train and attribute one scenario, then score every method against its planted rows."""
+    from accuracy_methods import (
+        baseline_methods,
+        cluster_methods,
+        gradian_methods,
+        index_blame,
+        load_case,
+        preconditioner,
+        query,
+        span_localization,
+        with_reduction,
+    )
+
+    from gradian.demo.run import demo_config, reproduced_planted_ids, run_demo
+    from gradian.demo.scenarios import make_scenario
+
+    scenario = make_scenario(kind, seed)
+    config = demo_config(scenario)
+    if args.no_gate:
+        config = config.replace(evaluation=dataclasses.replace(config.evaluation, require_significant=False,
+                                                               query_signal="classic"))
+    workdir = Path(args.workdir) / f"{kind}-{seed}"
+    started = time.perf_counter()
+    demo = run_demo(scenario=kind, seed=seed, base_model=args.base_model, workdir=workdir, config=config,
+                    echo=lambda line: print(f"  {line}", flush=True))
+    report = demo.report
+    capability = report.get("capability") or {}
+    case_row: dict[str, Any] = {
+        "kind": kind, "seed": seed, "train_rows": len(scenario.train), "planted": len(scenario.planted_rows),
+        "metric": scenario.metric, "delta": capability.get("delta"),
+        "ci": [capability.get("ci_low"), capability.get("ci_high")],
+        "regressed": sum(1 for item in capability.get("items", []) if item.get("regressed")),
+        "verdict": report["verdict"]["headline"], "demo_seconds": demo.timings, "methods": {},
+    }
+    if report.get("method") is None:  # refused: no significant regression to explain
+        case_row["status"] = "refused"
+        return case_row
+    case = load_case(workdir, args.base_model, config, report)
+    queries: dict[str, np.ndarray] = {}
+    for signal in ("contrastive", "classic", "generated"):
+        try:
+            queries[signal] = query(case, signal)
+        except Exception as error:  # e.g. a tiny model with empty generations has nothing to contrast
+            case_row.setdefault("notes", []).append(f"{signal} query: {type(error).__name__}: {error}")
+    reproduced = reproduced_planted_ids(scenario, report)
+    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced)
+    case_row["reproduced"] = len(reproduced_rows) if reproduced is not None else None
+    sources = [str(e.fields["source"]) for e in scenario.train]
+    methods = {**gradian_methods(), **baseline_methods()}
+    for name, method in methods.items():
+        began = time.perf_counter()
+        try:
+            blame = method(case, queries)
+        except Exception as error:  # one failing method (a missing optimizer state, ...) does not stop the others
+            case_row["methods"][name] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+            print(f"  {name}: failed: {case_row['methods'][name]['error']}", flush=True)
+            continue
+        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows or None, sources,
+                                  scenario.planted_cluster)
+        metrics["seconds"] = round(time.perf_counter() - began, 2)
+        case_row["methods"][name] = metrics
+        if name == next(iter(methods)):  # the shipped default: which cluster method finds the planted rows
+            case_row["cluster_methods"] = cluster_methods(case, blame, scenario.planted_rows,
+                                                          config.attribution.cluster_field)
+        print(f"  {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                        for k, v in metrics.items()), flush=True)
+    signal = "contrastive" if "contrastive" in queries else "classic"  # tiny models may generate nothing
+    for reduction in args.reductions:
+        name = f"gradian: {signal}, diagonal, {reduction} reduction"
+        began = time.perf_counter()
+        other = with_reduction(case, reduction, workdir / f"index-{reduction}")
+        blame = index_blame(other, query(other, signal), preconditioner(other, "diagonal"))
+        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows or None, sources,
+                                  scenario.planted_cluster)
+        metrics["seconds"] = round(time.perf_counter() - began, 2)
+        case_row["methods"][name] = metrics
+        print(f"  {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                        for k, v in metrics.items()), flush=True)
+        del other
+        if not args.keep_index:
+            shutil.rmtree(workdir / f"index-{reduction}", ignore_errors=True)
+    if kind == "span" and "contrastive" in queries:
+        case_row["span_localization"] = span_localization(case, scenario)
+    del case
+    if seed in args.verify_seeds:
+        top_k = None if scenario.planted_cluster else len(scenario.planted_rows)
+        case_row["verify"] = verify_case(workdir, args.base_model, report, top_k)
+    case_row["status"] = "scored"
+    case_row["seconds"] = round(time.perf_counter() - started, 1)
+    if not args.keep_index:
+        shutil.rmtree(workdir / "index", ignore_errors=True)  # ~4 GB per case for SmolLM2
+    return case_row
+
+
+def verify_case(workdir: Path, base_model: str, report: dict[str, Any], top_k: int | None) -> dict[str, Any]:
+    """`gradian verify` on the case's report: retrain without the accused set and without a random one as large.
+
+    The accused set is the top cluster when the planted rows form one (fact, format); in the span kind they are
+    spread over many sources, so it is the report's top-k examples (k = the number of planted rows).
+    """
+    from gradian.checking.verify import plan_verify, run_verify
+
+    drop_file = None
+    if top_k is not None:
+        top = [row["id"] for row in report["top_examples"]][:top_k]
+        drop_file = workdir / "verify-drop.txt"
+        drop_file.write_text("\n".join(top) + "\n", encoding="utf-8")
+    plan = plan_verify(out=workdir / "verify", report_dir=workdir / "report", drop_file=drop_file,
+                       base_model=base_model, controls=1)
+    outcome = run_verify(plan, say=lambda line: print(f"  verify: {line}", flush=True))
+    rows = {row["role"]: row for row in outcome.result["models"]}
+    summary = {"dropped_set": plan.drop.cluster or f"top {len(plan.drop.ids)} examples", "dropped": len(plan.drop.ids),
+               "recovered_dropped": rows["dropped"].get("fraction"),
+               "recovered_dropped_ci": [rows["dropped"].get("fraction_low"), rows["dropped"].get("fraction_high")],
+               "recovered_random": rows["control"].get("fraction"),
+               "recovered_random_ci": [rows["control"].get("fraction_low"), rows["control"].get("fraction_high")],
+               "confirmed": outcome.confirmed}
+    print("  verify: " + json.dumps(summary), flush=True)
+    return summary
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and not (isinstance(v, float) and np.isnan(v))]
+    return float(np.mean(values)) if values else None
+
+
+def summarize(cases: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per kind and method: metrics averaged over seeds, and how often the planted cluster ranked first."""
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind in dict.fromkeys(case["kind"] for case in cases):
+        scored = [c for c in cases if c["kind"] == kind and c.get("status") == "scored"]
+        names = dict.fromkeys(name for c in scored for name in c["methods"])
+        summary[kind] = {}
+        for name in names:
+            rows = [c["methods"][name] for c in scored if "error" not in c["methods"].get(name, {"error": 1})]
+            if not rows:
+                continue
+            entry = {metric: _mean([r.get(metric) for r in rows])
+                     for metric in ("recall_at_k", "recall_reproduced", "auprc", "first_hit_rank", "cluster_rank")}
+            if any("cluster_rank" in r for r in rows):
+                entry["cluster_first"] = f"{sum(r.get('cluster_rank') == 1 for r in rows)}/{len(rows)}"
+            entry["seeds"] = len(rows)
+            summary[kind][name] = entry
+    return summary
+
+
+def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: dict[str, Any]) -> str:
+    """The results as markdown tables: per kind and method (mean over seeds), then per case."""
+    def fmt(value: Any, digits: int = 2) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+    lines = ["# Attribution accuracy on planted regressions", "",
+             f"Model {environment['base_model']}, {environment['python']}, {environment['platform']}; "
+             f"written by bench/accuracy.py.", ""]
+    for kind, methods in summary.items():
+        lines += [f"## {kind}", "",
+                  "| method | recall@k | recall@k (reproduced) | AUPRC | first hit rank | cluster rank | cluster first | seeds |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, m in methods.items():
+            lines.append(f"| {name} | {fmt(m['recall_at_k'])} | {fmt(m['recall_reproduced'])} | {fmt(m['auprc'])} | "
+                         f"{fmt(m['first_hit_rank'], 1)} | {fmt(m['cluster_rank'], 1)} | {m.get('cluster_first', '-')} | "
+                         f"{m['seeds']} |")
+        lines.append("")
+    lines += ["## Cluster methods (default scoring)", "",
+              "| kind | seed | method | clusters | rank of the cluster holding most planted rows | top cluster precision | "
+              "top cluster recall |", "|---|---|---|---|---|---|---|"]
+    for c in cases:
+        for name, m in (c.get("cluster_methods") or {}).items():
+            lines.append(f"| {c['kind']} | {c['seed']} | {name} | {m['clusters']} | {m['richest_cluster_rank']} | "
+                         f"{fmt(m['top_precision'])} | {fmt(m['top_recall'])} |")
+    lines.append("")
+    lines += ["## Cases", "", "| kind | seed | delta [CI] | regressed | reproduced | span top-1 | verify: recovered "
+              "dropping accused / random | verdict | status |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        ci = c.get("ci") or [None, None]
+        span = (c.get("span_localization") or {})
+        span_text = f"{span['top1_hits']}/{span['checked']}" if span.get("checked") else "-"
+        verify = c.get("verify")
+        verify_text = (f"{fmt(verify['recovered_dropped'])} ({verify['dropped_set']}) / {fmt(verify['recovered_random'])}"
+                       if verify else "-")
+        lines.append(f"| {c['kind']} | {c['seed']} | {fmt(c.get('delta'), 3)} [{fmt(ci[0], 3)}, {fmt(ci[1], 3)}] | "
+                     f"{c.get('regressed')} | {fmt(c.get('reproduced'))} | {span_text} | {verify_text} | "
+                     f"{c['verdict']} | {c.get('status')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and write bench/results/accuracy.json and accuracy.md."""
+    from gradian.cache import cache_dir
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", default="fact,format,span")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--base-model", default="smollm2-135m-instruct")
+    parser.add_argument("--workdir", default=str(cache_dir() / "bench-accuracy"))
+    parser.add_argument("--out", default=str(RESULTS / "accuracy"), help="path prefix of the .json and .md results")
+    parser.add_argument("--keep-index", action="store_true", help="keep each case's gradient index (~4 GB each)")
+    parser.add_argument("--verify-seeds", default="0",
+                        help="seeds whose accused cluster `gradian verify` retrains without (empty: none)")
+    parser.add_argument("--reductions", default="mean",
+                        help="other per-example loss reductions to index and score (the demo indexes with sum)")
+    parser.add_argument("--no-gate", action="store_true",
+                        help="score even without a significant regression (classic query): for tiny test models")
+    args = parser.parse_args(argv)
+    args.verify_seeds = {int(s) for s in args.verify_seeds.split(",") if s}
+    args.reductions = [r for r in args.reductions.split(",") if r]
+    environment = {"base_model": args.base_model, "python": platform.python_version(),
+                   "platform": platform.platform(), "kinds": args.kinds, "seeds": args.seeds}
+    cases = []
+    for kind in args.kinds.split(","):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            print(f"{kind} seed {seed}", flush=True)
+            cases.append(run_case(kind, seed, args))
+    summary = summarize(cases)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"environment": environment, "summary": summary, "cases": cases},
+                                                   indent=2, default=float) + "\n", encoding="utf-8")
+    text = markdown(cases, summary, environment)
+    out.with_suffix(".md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,294 @@
+"""Blame vectors for the accuracy benchmark: Gradian's configurations and the field's baselines, on one trained case.
+
+Every method returns one score per training example, higher = more blamed for the regression, computed on the
+same data, adapter, gradient index and regressed eval items:
+
+- Gradian configurations: the index scored with a query signal (contrastive / classic), a preconditioner
+  (diagonal / none / block / adam), optional unit normalization and an aggregation (mean z-score / rank vote);
+- grad dot: TracIn at the final adapter (classic query, no preconditioner, raw dot product);
+- LESS: cosine of Adam-preconditioned train gradients with the classic query gradient;
+- DataInf (Kwon et al.): the closed-form per-layer inverse for LoRA, with the averaged classic query;
+- BM25 (bm25s): lexical retrieval with the eval items (prompt + wanted answer) as queries;
+- hidden-state cosine: mean-pooled last hidden states of train rows vs the regressed items' prompt + what the
+  fine-tuned model now says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CHUNK = 64  # index rows per read: exact gradients of SmolLM2 are ~10 MB a row
+
+
+@dataclass(frozen=True)
+class Case:
+    """One trained scenario, loaded for scoring."""
+
+    loaded: Any
+    capture: Any
+    index: Any
+    examples: Sequence[Any]
+    eval_items: Sequence[Any]
+    items: tuple[Any, ...]  # the regressed ItemResults (all of them when none regressed)
+    config: Any
+    run_dir: Path
+
+    @property
+    def prompts(self) -> dict[str, Any]:
+        """Eval item id -> prompt messages."""
+        return {example.id: example.prompt_messages for example in self.eval_items}
+
+
+def load_case(workdir: Path, base_model: str, config: Any, report: dict[str, Any]) -> Case:
+    """The model with its adapter, the index, the data and the regressed items of a finished demo run."""
+    from gradian.data import load_dataset, load_eval_dataset
+    from gradian.evaluation.capability import ItemResult
+    from gradian.grads.capture import GradientCapture
+    from gradian.index.store import Index
+    from gradian.model.loaded import LoadedModel
+
+    loaded = LoadedModel.load(base_model, workdir / "train" / "adapter")
+    fields = {f.name for f in dataclasses.fields(ItemResult)}
+    all_items = [ItemResult(**{k: v for k, v in item.items() if k in fields}) for item in report["capability"]["items"]]
+    # as `gradian attribute` does: the regressed items, or every item when none regressed and the gate is off
+    items = tuple(item for item in all_items if item.regressed) or tuple(all_items)
+    return Case(loaded=loaded, capture=GradientCapture.from_config(loaded, config.grads),
+                index=Index.open(workdir / "index"), examples=load_dataset(workdir / "scenario" / "train.jsonl"),
+                eval_items=load_eval_dataset(workdir / "scenario" / "eval.jsonl"), items=items, config=config,
+                run_dir=workdir / "train" / "run")
+
+
+def with_reduction(case: Case, reduction: str, directory: Path) -> Case:
+    """The same case under another per-example loss reduction: its own index and query capture."""
+    from gradian.grads.capture import GradientCapture
+    from gradian.index.build import build_index
+
+    config = case.config.replace(grads=dataclasses.replace(case.config.grads, loss_reduction=reduction))
+    index = build_index(case.loaded, case.examples, config, directory)
+    return dataclasses.replace(case, config=config, index=index,
+                               capture=GradientCapture.from_config(case.loaded, config.grads))
+
+
+def query(case: Case, signal: str, items: Sequence[Any] | None = None) -> np.ndarray:
+    """Query gradients [items, dim] under the classic, contrastive or generated-only signal.
+
+    generated-only (METHODS.md's "what taught the model to say what it now says") is L_q = -loss(generated),
+    each item's gradient unit-normalized as in the contrastive signal; it is a benchmark variant, not a product
+    signal.
+    """
+    from gradian.query import query_gradients
+    from gradian.query.signals import _gradients, _unit
+
+    if signal == "generated":
+        prompts = case.prompts
+        pairs = [(prompts[item.id], item.finetuned_output or "") for item in (items or case.items)]
+        return -_unit(_gradients(case.capture, case.loaded.tokenizer, pairs, case.config.grads.max_seq_length,
+                                 case.config.grads.batch_size))
+    result = query_gradients(case.capture, case.loaded.tokenizer, list(items or case.items), case.prompts, signal,
+                             max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size)
+    return result.vectors
+
+
+def preconditioner(case: Case, kind: str) -> Any:
+    """A fitted preconditioner of ``kind`` from the index statistics (adam from the run's optimizer state)."""
+    from gradian.attribution.adam_state import adam_second_moment
+    from gradian.attribution.api import index_statistics
+    from gradian.attribution.preconditioners import from_config
+
+    attribution = dataclasses.replace(case.config.attribution, preconditioner=kind)
+    adam = adam_second_moment(case.run_dir, case.capture) if kind == "adam" else None
+    return from_config(attribution, index_statistics(case.index, case.config), adam_exp_avg_sq=adam)
+
+
+def index_blame(case: Case, queries: np.ndarray, pre: Any, *, normalize: bool = False,
+                aggregation: str = "mean") -> np.ndarray:
+    """Gradian's scoring of every indexed example (aggregated over the query rows)."""
+    from gradian.attribution.scoring import score_examples
+
+    scores = score_examples(case.index, queries, preconditioner=pre, normalize=normalize, aggregation=aggregation,
+                            top_k=20, chunk_size=CHUNK)
+    return np.asarray(scores.blame, dtype=np.float64)
+
+
+def gradian_methods() -> dict[str, Callable[[Case, dict[str, np.ndarray]], np.ndarray]]:
+    """Gradian's configurations, by name; the first is the shipped default."""
+
+    def method(signal: str, kind: str, normalize: bool = False, aggregation: str = "mean"):
+        def run(case: Case, queries: dict[str, np.ndarray]) -> np.ndarray:
+            return index_blame(case, queries[signal], preconditioner(case, kind), normalize=normalize,
+                               aggregation=aggregation)
+        return run
+
+    return {
+        "gradian: contrastive, diagonal (default)": method("contrastive", "diagonal"),
+        "gradian: classic, diagonal": method("classic", "diagonal"),
+        "gradian: contrastive, none": method("contrastive", "none"),
+        "gradian: contrastive, block": method("contrastive", "block"),
+        "gradian: contrastive, adam": method("contrastive", "adam"),
+        "gradian: contrastive, diagonal, unit-norm": method("contrastive", "diagonal", normalize=True),
+        "gradian: contrastive, diagonal, rank vote": method("contrastive", "diagonal", aggregation="rank_vote"),
+        "gradian: generated-only, diagonal": method("generated", "diagonal"),
+    }
+
+
+def baseline_methods() -> dict[str, Callable[[Case, dict[str, np.ndarray]], np.ndarray]]:
+    """The field's baselines, by name."""
+    return {
+        "grad dot (TracIn, final adapter)": lambda case, q: index_blame(case, q["classic"], preconditioner(case, "none")),
+        "LESS (adam, cosine)": lambda case, q: index_blame(case, q["classic"], preconditioner(case, "adam"), normalize=True),
+        "DataInf": lambda case, q: datainf_blame(case, q["classic"]),
+        "BM25": lambda case, q: bm25_blame(case),
+        "hidden-state cosine": lambda case, q: hidden_cosine_blame(case),
+    }
+
+
+def _modules(index: Any) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Index column ranges grouped by LoRA module (its A and B matrices): DataInf's layers."""
+    grouped: dict[str, list[tuple[int, int]]] = {}
+    for block in index.blocks:
+        grouped.setdefault(block.module, []).append((block.offset, block.offset + block.width))
+    return list(grouped.items())
+
+
+def datainf_blame(case: Case, queries: np.ndarray, lambda_scale: float = 10.0) -> np.ndarray:
+    """DataInf: blame_j = -sum_l g_jl . H_l^-1 v_l with the closed-form LoRA inverse and v = the mean query.
+
+    H_l^-1 v ~ (1 / (n lambda_l)) sum_i (v - (v . g_il) / (lambda_l + |g_il|^2) g_il), lambda_l = 10 x the mean
+    over examples of mean(g_il^2) (the constants of the DataInf code). Two streamed passes over the index.
+    """
+    v = np.asarray(queries, dtype=np.float64).mean(axis=0)
+    modules = _modules(case.index)
+    n = len(case.index)
+    dots = np.zeros((n, len(modules)))
+    norms = np.zeros((n, len(modules)))
+    for offset, chunk in case.index.iter_chunks(CHUNK):
+        rows = np.asarray(chunk, dtype=np.float64)
+        for m, (_, ranges) in enumerate(modules):
+            for start, end in ranges:
+                part = rows[:, start:end]
+                dots[offset:offset + len(rows), m] += part @ v[start:end]
+                norms[offset:offset + len(rows), m] += np.einsum("ij,ij->i", part, part)
+    widths = np.array([sum(end - start for start, end in ranges) for _, ranges in modules], dtype=np.float64)
+    lambdas = lambda_scale * (norms / widths).mean(axis=0)
+    coefficients = dots / (lambdas + norms)  # [n, modules]
+    # hvp_l = (v_l - mean_i c_il g_il) / lambda_l, accumulated in a second pass
+    correction = np.zeros_like(v)
+    for offset, chunk in case.index.iter_chunks(CHUNK):
+        rows = np.asarray(chunk, dtype=np.float64)
+        for m, (_, ranges) in enumerate(modules):
+            c = coefficients[offset:offset + len(rows), m]
+            for start, end in ranges:
+                correction[start:end] += c @ rows[:, start:end]
+    hvp = v - correction / n
+    for m, (_, ranges) in enumerate(modules):
+        for start, end in ranges:
+            hvp[start:end] /= lambdas[m]
+    blame = np.zeros(n)
+    for offset, chunk in case.index.iter_chunks(CHUNK):
+        blame[offset:offset + len(chunk)] = -(np.asarray(chunk, dtype=np.float64) @ hvp)
+    return blame
+
+
+def _zmean(scores: np.ndarray) -> np.ndarray:
+    """Per-query z-scores [queries, n] averaged over queries (Gradian's mean aggregation)."""
+    std = scores.std(axis=1, keepdims=True)
+    z = (scores - scores.mean(axis=1, keepdims=True)) / np.where(std > 0, std, 1.0)
+    return z.mean(axis=0)
+
+
+def bm25_blame(case: Case) -> np.ndarray:
+    """BM25 of each training row (prompt + answer) against each regressed eval item (prompt + wanted answer)."""
+    import bm25s
+
+    corpus = [f"{example.prompt_text} {example.answer or example.text or ''}" for example in case.examples]
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+    by_id = {example.id: example for example in case.eval_items}
+    texts = [f"{by_id[item.id].prompt_text} {item.wanted}" for item in case.items]
+    tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False, return_ids=False)
+    return _zmean(np.stack([np.asarray(retriever.get_scores(t), dtype=np.float64) for t in tokens]))
+
+
+def _pooled_states(case: Case, encoded: Sequence[Any]) -> np.ndarray:
+    import torch
+
+    model = case.loaded.model
+    rows = []
+    with torch.no_grad():
+        for enc in encoded:
+            ids = torch.tensor([list(enc.input_ids)], dtype=torch.long)
+            hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0]
+            rows.append(hidden.mean(dim=0).double().numpy())
+    states = np.stack(rows)
+    return states / np.maximum(np.linalg.norm(states, axis=1, keepdims=True), 1e-12)
+
+
+def hidden_cosine_blame(case: Case) -> np.ndarray:
+    """Cosine of mean-pooled last hidden states: train rows vs the regressed items' prompt + fine-tuned output."""
+    from gradian.data import encode, encode_answer
+
+    length = case.config.grads.max_seq_length
+    tokenizer = case.loaded.tokenizer
+    case.loaded.model.eval()
+    train = _pooled_states(case, [encode(example, tokenizer, length) for example in case.examples])
+    prompts = case.prompts
+    queries = _pooled_states(case, [encode_answer(prompts[item.id], item.finetuned_output or item.wanted, tokenizer,
+                                                  length) for item in case.items])
+    return _zmean(queries @ train.T)
+
+
+def span_localization(case: Case, scenario: Any) -> dict[str, Any]:
+    """Span kind: for each planted row whose attacked item regressed, is its top sentence the planted one?
+
+    The query is the one item the row attacks (contrastive, diagonal), as the span drill-down prescribes.
+    """
+    from gradian.query import span_blames
+
+    regressed = {item.id: item for item in case.items}
+    pre = preconditioner(case, "diagonal")
+    hits = checked = 0
+    for span, target in zip(scenario.planted_spans, scenario.planted_targets, strict=True):
+        if target not in regressed:
+            continue
+        q = pre.apply(query(case, "contrastive", [regressed[target]]))[0]
+        spans = span_blames(case.capture, case.loaded.tokenizer, case.examples[span.row], q,
+                            max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size)
+        best = max(spans, key=lambda s: s.blame)
+        checked += 1
+        hits += int(best.message_index == span.message_index and best.char_start <= span.char_start < best.char_end)
+    return {"checked": checked, "top1_hits": hits, "top1": hits / checked if checked else None}
+
+
+def cluster_methods(case: Case, blame: np.ndarray, planted_rows: Sequence[int], field: str | None) -> dict[str, Any]:
+    """The two cluster methods on one blame vector: how well the top cluster captures the planted rows.
+
+    For each method: the rank of the cluster holding most planted rows, and the top cluster's precision (planted
+    share of its members) and recall (share of the planted rows inside it).
+    """
+    from gradian.attribution.clusters import auto_clusters, cluster_blame, clusters_from_field
+
+    assignments = {"auto (k-means on gradients)": auto_clusters(case.index, seed=case.config.attribution.seed,
+                                                               chunk_size=CHUNK)}
+    if field:
+        assignments[f"field `{field}`"] = clusters_from_field(case.examples, field, ids=case.index.ids)
+    planted = np.zeros(len(blame), dtype=bool)
+    planted[list(planted_rows)] = True
+    results = {}
+    for name, assignment in assignments.items():
+        scored = cluster_blame(blame, assignment, permutations=200, seed=case.config.attribution.seed)
+        held = np.bincount(assignment.labels[planted], minlength=len(assignment.names))
+        richest = assignment.names[int(held.argmax())]
+        top = scored.scores[0]
+        members = assignment.labels == assignment.names.index(top.name)
+        results[name] = {"clusters": len(scored.scores),
+                         "richest_cluster_rank": next(s.rank for s in scored.scores if s.name == richest),
+                         "top_precision": float(planted[members].mean()),
+                         "top_recall": float(planted[members].sum() / planted.sum()),
+                         "top_p_adjusted": top.p_adjusted}
+    return results
