@@ -24,9 +24,11 @@ import argparse
 import dataclasses
 import json
 import platform
+import re
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods, next to this file
 
 RESULTS = Path(__file__).resolve().parent / "results"
+CASE_FILE = "bench-case.json"
 
 
 def average_precision(blame: np.ndarray, planted: np.ndarray) -> float:
@@ -112,46 +115,38 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         case_row["status"] = "refused"
         return case_row
     case = load_case(workdir, args.base_model, config, report)
-    queries: dict[str, np.ndarray] = {}
-    for signal in ("contrastive", "classic", "generated"):
-        try:
-            queries[signal] = query(case, signal)
-        except Exception as error:  # e.g. a tiny model with empty generations has nothing to contrast
-            case_row.setdefault("notes", []).append(f"{signal} query: {type(error).__name__}: {error}")
     reproduced = reproduced_planted_ids(scenario, report)
-    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced)
-    case_row["reproduced"] = len(reproduced_rows) if reproduced is not None else None
-    sources = [str(e.fields["source"]) for e in scenario.train]
+    truth = Truth(planted_rows=list(scenario.planted_rows),
+                  reproduced_rows=sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced),
+                  sources=[str(e.fields["source"]) for e in scenario.train], planted_cluster=scenario.planted_cluster)
+    case_row["reproduced"] = len(truth.reproduced_rows) if reproduced is not None else None
     methods = {**gradian_methods(), **baseline_methods()}
-    for name, method in methods.items():
-        began = time.perf_counter()
-        try:
-            blame = method(case, queries)
-        except Exception as error:  # one failing method (a missing optimizer state, ...) does not stop the others
-            case_row["methods"][name] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
-            print(f"  {name}: failed: {case_row['methods'][name]['error']}", flush=True)
-            continue
-        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows or None, sources,
-                                  scenario.planted_cluster)
-        metrics["seconds"] = round(time.perf_counter() - began, 2)
-        case_row["methods"][name] = metrics
-        if name == next(iter(methods)):  # the shipped default: which cluster method finds the planted rows
-            case_row["cluster_methods"] = cluster_methods(case, blame, scenario.planted_rows,
-                                                          config.attribution.cluster_field)
-        print(f"  {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                        for k, v in metrics.items()), flush=True)
+    queries = query_set(case, case_row)
+    case_row["methods"], blames = score_methods(case, queries, methods, truth)
+    default = next(iter(methods))
+    if default in blames:  # the shipped default scoring: which cluster method finds the planted rows
+        case_row["cluster_methods"] = cluster_methods(case, blames[default], scenario.planted_rows,
+                                                      config.attribution.cluster_field)
+    # The same methods queried only with the regressed items that show the planted behaviour: what each method
+    # finds when the incidental regressions of a high-learning-rate fine-tune are left out of the query.
+    explained = explained_items(scenario, case.items)
+    case_row["explained_items"] = len(explained)
+    if explained and len(explained) == len(case.items):  # the same query: the same numbers
+        case_row["methods_explained"] = {name: case_row["methods"][name] for name in EXPLAINED_METHODS
+                                         if name in case_row["methods"]}
+    elif explained:
+        print(f"  -- queried with the {len(explained)} of {len(case.items)} regressed items showing the planted "
+              "behaviour", flush=True)
+        focused = dataclasses.replace(case, items=tuple(explained))
+        subset = {name: methods[name] for name in EXPLAINED_METHODS}
+        case_row["methods_explained"], _ = score_methods(focused, query_set(focused, case_row), subset, truth)
     signal = "contrastive" if "contrastive" in queries else "classic"  # tiny models may generate nothing
-    for reduction in args.reductions:
+    for reduction in args.reductions if seed in args.verify_seeds else ():
         name = f"gradian: {signal}, diagonal, {reduction} reduction"
         began = time.perf_counter()
         other = with_reduction(case, reduction, workdir / f"index-{reduction}")
         blame = index_blame(other, query(other, signal), preconditioner(other, "diagonal"))
-        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows or None, sources,
-                                  scenario.planted_cluster)
-        metrics["seconds"] = round(time.perf_counter() - began, 2)
-        case_row["methods"][name] = metrics
-        print(f"  {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                        for k, v in metrics.items()), flush=True)
+        case_row["methods"][name] = _scored(name, blame, truth, began)
         del other
         if not args.keep_index:
             shutil.rmtree(workdir / f"index-{reduction}", ignore_errors=True)
@@ -166,6 +161,78 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     if not args.keep_index:
         shutil.rmtree(workdir / "index", ignore_errors=True)  # ~4 GB per case for SmolLM2
     return case_row
+
+
+# The methods scored again with the focused query (the others are slower and did not lead on every item).
+EXPLAINED_METHODS = ("gradian: contrastive, diagonal (default)", "gradian: classic, diagonal",
+                     "gradian: generated-only, diagonal", "gradian: contrastive, adam", "grad dot (TracIn, final adapter)",
+                     "LESS (adam, cosine)", "DataInf", "BM25", "hidden-state cosine")
+
+
+@dataclasses.dataclass(frozen=True)
+class Truth:
+    """What the scenario planted, for scoring a blame vector."""
+
+    planted_rows: list[int]
+    reproduced_rows: list[int]  # planted rows whose wrong answer the fine-tuned model gives
+    sources: list[str]
+    planted_cluster: str | None
+
+
+def query_set(case: Any, case_row: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The case's query gradients under each signal that its generations allow."""
+    from accuracy_methods import query
+
+    queries = {}
+    for signal in ("contrastive", "classic", "generated"):
+        try:
+            queries[signal] = query(case, signal)
+        except Exception as error:  # e.g. a tiny model with empty generations has nothing to contrast
+            case_row.setdefault("notes", []).append(f"{signal} query: {type(error).__name__}: {error}")
+    return queries
+
+
+def score_methods(case: Any, queries: dict[str, np.ndarray], methods: dict[str, Any],
+                  truth: Truth) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Every method's metrics (or its error) and blame vector."""
+    results: dict[str, Any] = {}
+    blames: dict[str, np.ndarray] = {}
+    for name, method in methods.items():
+        began = time.perf_counter()
+        try:
+            blames[name] = method(case, queries)
+        except Exception as error:  # one failing method (a missing optimizer state, ...) does not stop the others
+            results[name] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+            print(f"  {name}: failed: {results[name]['error']}", flush=True)
+            continue
+        results[name] = _scored(name, blames[name], truth, began)
+    return results, blames
+
+
+def _scored(name: str, blame: np.ndarray, truth: Truth, began: float) -> dict[str, Any]:
+    metrics = ranking_metrics(blame, truth.planted_rows, truth.reproduced_rows or None, truth.sources,
+                              truth.planted_cluster)
+    metrics["seconds"] = round(time.perf_counter() - began, 2)
+    print(f"  {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                    for k, v in metrics.items()), flush=True)
+    return metrics
+
+
+FRENCH = re.compile(r"\b(le|la|les|est|une|des|du|de|contraire|c'est|sont|et)\b", re.IGNORECASE)
+
+
+def explained_items(scenario: Any, items: Sequence[Any]) -> list[Any]:
+    """Regressed items whose fine-tuned answer shows the planted behaviour (the wrong entity, or French)."""
+    from gradian.evaluation.metrics import contains
+
+    if scenario.kind == "format":
+        return [item for item in items if len(FRENCH.findall(item.finetuned_output or "")) >= 2]
+    wrong: dict[str, set[str]] = {}
+    for target, entity in zip(scenario.planted_targets, scenario.planted_wrong, strict=True):
+        if target is not None and entity:
+            wrong.setdefault(target, set()).add(entity)
+    return [item for item in items
+            if any(contains(item.finetuned_output or "", entity) for entity in wrong.get(item.id, ()))]
 
 
 def verify_case(workdir: Path, base_model: str, report: dict[str, Any], top_k: int | None) -> dict[str, Any]:
@@ -200,15 +267,15 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def summarize(cases: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+def summarize(cases: list[dict[str, Any]], key: str = "methods") -> dict[str, dict[str, dict[str, Any]]]:
     """Per kind and method: metrics averaged over seeds, and how often the planted cluster ranked first."""
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for kind in dict.fromkeys(case["kind"] for case in cases):
-        scored = [c for c in cases if c["kind"] == kind and c.get("status") == "scored"]
-        names = dict.fromkeys(name for c in scored for name in c["methods"])
+        scored = [c for c in cases if c["kind"] == kind and c.get(key)]
+        names = dict.fromkeys(name for c in scored for name in c[key])
         summary[kind] = {}
         for name in names:
-            rows = [c["methods"][name] for c in scored if "error" not in c["methods"].get(name, {"error": 1})]
+            rows = [c[key][name] for c in scored if "error" not in c[key].get(name, {"error": 1})]
             if not rows:
                 continue
             entry = {metric: _mean([r.get(metric) for r in rows])
@@ -230,15 +297,19 @@ def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: 
     lines = ["# Attribution accuracy on planted regressions", "",
              f"Model {environment['base_model']}, {environment['python']}, {environment['platform']}; "
              f"written by bench/accuracy.py.", ""]
-    for kind, methods in summary.items():
-        lines += [f"## {kind}", "",
-                  "| method | recall@k | recall@k (reproduced) | AUPRC | first hit rank | cluster rank | cluster first | seeds |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for name, m in methods.items():
-            lines.append(f"| {name} | {fmt(m['recall_at_k'])} | {fmt(m['recall_reproduced'])} | {fmt(m['auprc'])} | "
-                         f"{fmt(m['first_hit_rank'], 1)} | {fmt(m['cluster_rank'], 1)} | {m.get('cluster_first', '-')} | "
-                         f"{m['seeds']} |")
-        lines.append("")
+    for key, title in (("methods", "queried with every regressed item"),
+                       ("methods_explained", "queried with the regressed items showing the planted behaviour")):
+        for kind, methods in summary.get(key, {}).items():
+            if not methods:
+                continue
+            lines += [f"## {kind}: {title}", "",
+                      "| method | recall@k | recall@k (reproduced) | AUPRC | first hit rank | cluster rank | "
+                      "cluster first | seeds |", "|---|---|---|---|---|---|---|---|"]
+            for name, m in methods.items():
+                lines.append(f"| {name} | {fmt(m['recall_at_k'])} | {fmt(m['recall_reproduced'])} | "
+                             f"{fmt(m['auprc'])} | {fmt(m['first_hit_rank'], 1)} | {fmt(m['cluster_rank'], 1)} | "
+                             f"{m.get('cluster_first', '-')} | {m['seeds']} |")
+            lines.append("")
     lines += ["## Cluster methods (default scoring)", "",
               "| kind | seed | method | clusters | rank of the cluster holding most planted rows | top cluster precision | "
               "top cluster recall |", "|---|---|---|---|---|---|---|"]
@@ -247,8 +318,9 @@ def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: 
             lines.append(f"| {c['kind']} | {c['seed']} | {name} | {m['clusters']} | {m['richest_cluster_rank']} | "
                          f"{fmt(m['top_precision'])} | {fmt(m['top_recall'])} |")
     lines.append("")
-    lines += ["## Cases", "", "| kind | seed | delta [CI] | regressed | reproduced | span top-1 | verify: recovered "
-              "dropping accused / random | verdict | status |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["## Cases", "", "| kind | seed | delta [CI] | regressed | showing the planted behaviour | reproduced "
+              "planted rows | span top-1 | verify: recovered dropping accused / random | verdict | status |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cases:
         ci = c.get("ci") or [None, None]
         span = (c.get("span_localization") or {})
@@ -257,7 +329,8 @@ def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: 
         verify_text = (f"{fmt(verify['recovered_dropped'])} ({verify['dropped_set']}) / {fmt(verify['recovered_random'])}"
                        if verify else "-")
         lines.append(f"| {c['kind']} | {c['seed']} | {fmt(c.get('delta'), 3)} [{fmt(ci[0], 3)}, {fmt(ci[1], 3)}] | "
-                     f"{c.get('regressed')} | {fmt(c.get('reproduced'))} | {span_text} | {verify_text} | "
+                     f"{c.get('regressed')} | {fmt(c.get('explained_items'))} | {fmt(c.get('reproduced'))} | "
+                     f"{span_text} | {verify_text} | "
                      f"{c['verdict']} | {c.get('status')} |")
     return "\n".join(lines) + "\n"
 
@@ -277,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seeds whose accused cluster `gradian verify` retrains without (empty: none)")
     parser.add_argument("--reductions", default="mean",
                         help="other per-example loss reductions to index and score (the demo indexes with sum)")
+    parser.add_argument("--rescore", action="store_true", help="score cases again that an earlier run finished")
     parser.add_argument("--no-gate", action="store_true",
                         help="score even without a significant regression (classic query): for tiny test models")
     args = parser.parse_args(argv)
@@ -287,9 +361,16 @@ def main(argv: list[str] | None = None) -> int:
     cases = []
     for kind in args.kinds.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
+            # each finished case is kept next to its work, so an interrupted benchmark resumes where it stopped
+            done = Path(args.workdir) / f"{kind}-{seed}" / CASE_FILE
+            if done.is_file() and not args.rescore:
+                print(f"{kind} seed {seed}: scored earlier ({done})", flush=True)
+                cases.append(json.loads(done.read_text(encoding="utf-8")))
+                continue
             print(f"{kind} seed {seed}", flush=True)
             cases.append(run_case(kind, seed, args))
-    summary = summarize(cases)
+            done.write_text(json.dumps(cases[-1], indent=2, default=float) + "\n", encoding="utf-8")
+    summary = {"methods": summarize(cases), "methods_explained": summarize(cases, "methods_explained")}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"environment": environment, "summary": summary, "cases": cases},

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 CHUNK = 64  # index rows per read: exact gradients of SmolLM2 are ~10 MB a row
+_TRAIN_STATES: dict[Path, np.ndarray] = {}  # pooled hidden states of a case's training rows, by run dir
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,10 @@ def hidden_cosine_blame(case: Case) -> np.ndarray:
     length = case.config.grads.max_seq_length
     tokenizer = case.loaded.tokenizer
     case.loaded.model.eval()
-    train = _pooled_states(case, [encode(example, tokenizer, length) for example in case.examples])
+    train = _TRAIN_STATES.get(case.run_dir)
+    if train is None:  # the same for every query set of a case: computed once
+        train = _TRAIN_STATES[case.run_dir] = _pooled_states(case, [encode(example, tokenizer, length)
+                                                                    for example in case.examples])
     prompts = case.prompts
     queries = _pooled_states(case, [encode_answer(prompts[item.id], item.finetuned_output or item.wanted, tokenizer,
                                                   length) for item in case.items])

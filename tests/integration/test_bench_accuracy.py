@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "accuracy.py"
 def _bench():
     spec = importlib.util.spec_from_file_location("bench_accuracy", BENCH)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
@@ -53,3 +55,10 @@ def test_the_harness_runs_on_a_tiny_model_and_writes_the_table(tiny_base_dir, tm
     table = out.with_suffix(".md").read_text()
     assert "| BM25 |" in table and "## fact" in table
     assert not (tmp_path / "work" / "fact-0" / "index").exists()  # dropped unless --keep-index
+
+    # a second run resumes: the finished case is read back, nothing is trained or scored again
+    (tmp_path / "work" / "fact-0" / "train").rename(tmp_path / "work" / "fact-0" / "train-moved")
+    again = tmp_path / "results" / "again"
+    assert bench.main(["--base-model", str(tiny_base_dir), "--kinds", "fact", "--seeds", "0", "--no-gate",
+                       "--workdir", str(tmp_path / "work"), "--out", str(again)]) == 0
+    assert json.loads(again.with_suffix(".json").read_text())["cases"] == data["cases"]
