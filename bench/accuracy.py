@@ -109,7 +109,8 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "metric": scenario.metric, "delta": capability.get("delta"),
         "ci": [capability.get("ci_low"), capability.get("ci_high")],
         "regressed": sum(1 for item in capability.get("items", []) if item.get("regressed")),
-        "verdict": report["verdict"]["headline"], "demo_seconds": demo.timings, "methods": {},
+        "verdict": report["verdict"]["headline"], "accused": report["verdict"].get("accused_cluster"),
+        "planted_cluster": scenario.planted_cluster, "demo_seconds": demo.timings, "methods": {},
     }
     if report.get("method") is None:  # refused: no significant regression to explain
         case_row["status"] = "refused"
@@ -262,6 +263,17 @@ def verify_case(workdir: Path, base_model: str, report: dict[str, Any], top_k: i
     return summary
 
 
+def _with_accused(case: dict[str, Any], workdir: Path, kind: str) -> dict[str, Any]:
+    """A case file written before the report's accused cluster was recorded, completed from its report."""
+    if "accused" not in case:
+        from gradian.demo.scenarios import make_scenario
+
+        report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+        case["accused"] = report["verdict"].get("accused_cluster")
+        case["planted_cluster"] = make_scenario(kind, case["seed"]).planted_cluster
+    return case
+
+
 def _mean(values: list[float]) -> float | None:
     values = [v for v in values if v is not None and not (isinstance(v, float) and np.isnan(v))]
     return float(np.mean(values)) if values else None
@@ -303,7 +315,7 @@ def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: 
             if not methods:
                 continue
             lines += [f"## {kind}: {title}", "",
-                      "| method | recall@k | recall@k (reproduced) | AUPRC | first hit rank | cluster rank | "
+                      "| method | recall@k | recall@k (reproduced) | AUPRC | first hit rank | cluster rank (mean blame) | "
                       "cluster first | seeds |", "|---|---|---|---|---|---|---|---|"]
             for name, m in methods.items():
                 lines.append(f"| {name} | {fmt(m['recall_at_k'])} | {fmt(m['recall_reproduced'])} | "
@@ -319,8 +331,8 @@ def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: 
                          f"{fmt(m['top_precision'])} | {fmt(m['top_recall'])} |")
     lines.append("")
     lines += ["## Cases", "", "| kind | seed | delta [CI] | regressed | showing the planted behaviour | reproduced "
-              "planted rows | span top-1 | verify: recovered dropping accused / random | verdict | status |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "planted rows | report accuses (planted) | span top-1 | verify: recovered dropping accused / random | "
+              "status |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cases:
         ci = c.get("ci") or [None, None]
         span = (c.get("span_localization") or {})
@@ -330,8 +342,8 @@ def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: 
                        if verify else "-")
         lines.append(f"| {c['kind']} | {c['seed']} | {fmt(c.get('delta'), 3)} [{fmt(ci[0], 3)}, {fmt(ci[1], 3)}] | "
                      f"{c.get('regressed')} | {fmt(c.get('explained_items'))} | {fmt(c.get('reproduced'))} | "
-                     f"{span_text} | {verify_text} | "
-                     f"{c['verdict']} | {c.get('status')} |")
+                     f"{c.get('accused') or '-'} ({c.get('planted_cluster') or 'none'}) | {span_text} | {verify_text} | "
+                     f"{c.get('status')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -365,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             done = Path(args.workdir) / f"{kind}-{seed}" / CASE_FILE
             if done.is_file() and not args.rescore:
                 print(f"{kind} seed {seed}: scored earlier ({done})", flush=True)
-                cases.append(json.loads(done.read_text(encoding="utf-8")))
+                cases.append(_with_accused(json.loads(done.read_text(encoding="utf-8")), done.parent, kind))
                 continue
             print(f"{kind} seed {seed}", flush=True)
             cases.append(run_case(kind, seed, args))
