@@ -40,6 +40,9 @@ def demo(
         typer.echo("attribute stages: " + ", ".join(f"{name} {seconds:.0f} s"
                                                      for name, seconds in result.attribution_timings.items()))
     typer.echo(f"report: {result.report_path}")
+    if result.report.get("method") is not None:
+        report_dir = result.report_path.parent
+        typer.echo(f"check it (retrains twice): gradian verify --report {report_dir} --out {report_dir.parent / 'verify'}")
 
 
 def register(app: typer.Typer) -> None:
