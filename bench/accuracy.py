@@ -121,7 +121,8 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
                   reproduced_rows=sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced),
                   sources=[str(e.fields["source"]) for e in scenario.train], planted_cluster=scenario.planted_cluster)
     case_row["reproduced"] = len(truth.reproduced_rows) if reproduced is not None else None
-    methods = {**gradian_methods(), **baseline_methods()}
+    methods = {name: method for name, method in {**gradian_methods(), **baseline_methods()}.items()
+               if not any(part in name for part in args.skip)}
     queries = query_set(case, case_row)
     case_row["methods"], blames = score_methods(case, queries, methods, truth)
     default = next(iter(methods))
@@ -139,7 +140,7 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  -- queried with the {len(explained)} of {len(case.items)} regressed items showing the planted "
               "behaviour", flush=True)
         focused = dataclasses.replace(case, items=tuple(explained))
-        subset = {name: methods[name] for name in EXPLAINED_METHODS}
+        subset = {name: methods[name] for name in EXPLAINED_METHODS if name in methods}
         case_row["methods_explained"], _ = score_methods(focused, query_set(focused, case_row), subset, truth)
     signal = "contrastive" if "contrastive" in queries else "classic"  # tiny models may generate nothing
     for reduction in args.reductions if seed in args.verify_seeds else ():
@@ -299,6 +300,29 @@ def summarize(cases: list[dict[str, Any]], key: str = "methods") -> dict[str, di
     return summary
 
 
+def headline(summary: dict[str, Any]) -> list[str]:
+    """One table of every method by kind: recall@k / AUPRC, mean over seeds, with the whole query and the focused one."""
+    kinds = list(summary["methods"])
+    names = list(dict.fromkeys(name for kind in kinds for name in summary["methods"][kind]))
+    lines = ["## Summary: recall@k / AUPRC, mean over seeds", "",
+             "| method | " + " | ".join(f"{kind} | {kind} (focused query)" for kind in kinds) + " |",
+             "|---|" + "---|---|" * len(kinds)]
+    for name in names:
+        cells = []
+        for kind in kinds:
+            most = max((m["seeds"] for m in summary["methods"][kind].values()), default=0)
+            for key in ("methods", "methods_explained"):
+                m = summary.get(key, {}).get(kind, {}).get(name)
+                if not m or m.get("recall_at_k") is None:
+                    cells.append("-")
+                    continue
+                fewer = f" ({m['seeds']} seed{'s' if m['seeds'] > 1 else ''})" if m["seeds"] < most else ""
+                cells.append(f"{m['recall_at_k']:.2f} / {m['auprc']:.2f}{fewer}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + ["", "The focused query uses only the regressed items whose answers show the planted behaviour "
+                    "(the wrong city, French); cluster rank below is by mean blame, the report ranks clusters by z.", ""]
+
+
 def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: dict[str, Any]) -> str:
     """The results as markdown tables: per kind and method (mean over seeds), then per case."""
     def fmt(value: Any, digits: int = 2) -> str:
@@ -309,6 +333,7 @@ def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: 
     lines = ["# Attribution accuracy on planted regressions", "",
              f"Model {environment['base_model']}, {environment['python']}, {environment['platform']}; "
              f"written by bench/accuracy.py.", ""]
+    lines += headline(summary)
     for key, title in (("methods", "queried with every regressed item"),
                        ("methods_explained", "queried with the regressed items showing the planted behaviour")):
         for kind, methods in summary.get(key, {}).items():
@@ -362,12 +387,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="seeds whose accused cluster `gradian verify` retrains without (empty: none)")
     parser.add_argument("--reductions", default="mean",
                         help="other per-example loss reductions to index and score (the demo indexes with sum)")
+    parser.add_argument("--skip", default="", help="comma-separated parts of method names not to score")
+    parser.add_argument("--collect", action="store_true",
+                        help="only gather the cases earlier runs finished into the table; run nothing")
     parser.add_argument("--rescore", action="store_true", help="score cases again that an earlier run finished")
     parser.add_argument("--no-gate", action="store_true",
                         help="score even without a significant regression (classic query): for tiny test models")
     args = parser.parse_args(argv)
     args.verify_seeds = {int(s) for s in args.verify_seeds.split(",") if s}
     args.reductions = [r for r in args.reductions.split(",") if r]
+    args.skip = [part for part in args.skip.split(",") if part]
     environment = {"base_model": args.base_model, "python": platform.python_version(),
                    "platform": platform.platform(), "kinds": args.kinds, "seeds": args.seeds}
     cases = []
@@ -378,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
             if done.is_file() and not args.rescore:
                 print(f"{kind} seed {seed}: scored earlier ({done})", flush=True)
                 cases.append(_with_accused(json.loads(done.read_text(encoding="utf-8")), done.parent, kind))
+                continue
+            if args.collect:
+                print(f"{kind} seed {seed}: not scored yet, left out (--collect)", flush=True)
                 continue
             print(f"{kind} seed {seed}", flush=True)
             cases.append(run_case(kind, seed, args))

@@ -62,3 +62,8 @@ def test_the_harness_runs_on_a_tiny_model_and_writes_the_table(tiny_base_dir, tm
     assert bench.main(["--base-model", str(tiny_base_dir), "--kinds", "fact", "--seeds", "0", "--no-gate",
                        "--workdir", str(tmp_path / "work"), "--out", str(again)]) == 0
     assert json.loads(again.with_suffix(".json").read_text())["cases"] == data["cases"]
+    # --collect gathers finished cases only: seed 1 was never run, so it is left out rather than trained
+    collected = tmp_path / "results" / "collected"
+    assert bench.main(["--base-model", str(tiny_base_dir), "--kinds", "fact", "--seeds", "0,1", "--collect",
+                       "--workdir", str(tmp_path / "work"), "--out", str(collected)]) == 0
+    assert [c["seed"] for c in json.loads(collected.with_suffix(".json").read_text())["cases"]] == [0]
