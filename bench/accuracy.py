@@ -11,7 +11,13 @@ items (bench/accuracy_methods.py). Metrics per method, against the planted rows 
   own source);
 - span top-1 localization (span kind, Gradian's drill-down from the one item each planted row attacks).
 
-A benchmark, not a test: it prints a markdown table and writes JSON and markdown under bench/results/.
+Every method is scored twice: queried with every regressed item (what a user gets), and with only the regressed
+items whose answers show the planted behaviour (what limits the query). For the default scoring, the two cluster
+methods (the ``source`` field, k-means on gradients) are compared; on the seeds of ``--verify-seeds`` the mean
+loss reduction gets its own index, and `gradian verify` retrains without the accused set and without a random one.
+
+A benchmark, not a test: it prints a markdown table and writes JSON and markdown under bench/results/. Each
+finished case is kept in its work dir (bench-case.json), so an interrupted run resumes.
 
     .venv/bin/python bench/accuracy.py                                  # 3 kinds x 3 seeds, SmolLM2
     .venv/bin/python bench/accuracy.py --kinds fact --seeds 0 --keep-index
