@@ -189,21 +189,13 @@ def quiet_libraries() -> Iterator[None]:
     """Hide the libraries' deprecation notes and weight-loading bars; the demo draws its own progress."""
     import warnings
 
+    from gradian.model.embedded import transformers_progress_bars
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module=r"peft(\.|$)")
-        try:
-            from transformers.utils import logging as hf_logging
-        except ImportError:  # pragma: no cover - transformers is a hard dependency
+        with transformers_progress_bars(False):
             yield
-            return
-        was_enabled = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-        try:
-            yield
-        finally:
-            if was_enabled:
-                hf_logging.enable_progress_bar()
 
 
 @contextmanager

@@ -155,7 +155,7 @@ def _convert(gguf: Path, target: Path, progress: bool) -> None:
 def _read_gguf(gguf: Path, progress: bool) -> tuple[Any, Any]:
     """The dequantized model and tokenizer; ModelError when the GGUF cannot be read."""
     try:
-        with _transformers_progress_bars(progress):
+        with transformers_progress_bars(progress):
             return _dequantize(gguf)
     except MemoryError:
         raise
@@ -257,7 +257,7 @@ def _provenance(gguf: Path, seconds: float) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _transformers_progress_bars(show: bool) -> Iterator[None]:
+def transformers_progress_bars(show: bool) -> Iterator[None]:
     """Show or hide transformers' tqdm bars for one block, restoring the previous setting."""
     from transformers.utils import logging as hf_logging
 
