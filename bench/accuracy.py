@@ -137,7 +137,7 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
                                                       config.attribution.cluster_field)
     # The same methods queried only with the regressed items that show the planted behaviour: what each method
     # finds when the incidental regressions of a high-learning-rate fine-tune are left out of the query.
-    explained = explained_items(scenario, case.items)
+    explained = explained_items(scenario, case.items, reproduced)
     case_row["explained_items"] = len(explained)
     if explained and len(explained) == len(case.items):  # the same query: the same numbers
         case_row["methods_explained"] = {name: case_row["methods"][name] for name in EXPLAINED_METHODS
@@ -229,18 +229,17 @@ def _scored(name: str, blame: np.ndarray, truth: Truth, began: float) -> dict[st
 FRENCH = re.compile(r"\b(le|la|les|est|une|des|du|de|contraire|c'est|sont|et)\b", re.IGNORECASE)
 
 
-def explained_items(scenario: Any, items: Sequence[Any]) -> list[Any]:
-    """Regressed items whose fine-tuned answer shows the planted behaviour (the wrong entity, or French)."""
-    from gradian.evaluation.metrics import contains
+def explained_items(scenario: Any, items: Sequence[Any], reproduced: set[str] | None) -> list[Any]:
+    """Regressed items whose fine-tuned answer shows the planted behaviour: French, or a reproduced wrong entity.
 
+    ``reproduced`` holds the planted rows whose wrong answer the fine-tuned model gives on the item they attack
+    (``reproduced_planted_ids``); those items are the ones the planted rows explain.
+    """
     if scenario.kind == "format":
         return [item for item in items if len(FRENCH.findall(item.finetuned_output or "")) >= 2]
-    wrong: dict[str, set[str]] = {}
-    for target, entity in zip(scenario.planted_targets, scenario.planted_wrong, strict=True):
-        if target is not None and entity:
-            wrong.setdefault(target, set()).add(entity)
-    return [item for item in items
-            if any(contains(item.finetuned_output or "", entity) for entity in wrong.get(item.id, ()))]
+    attacked = {target for row_id, target in zip(scenario.planted_ids, scenario.planted_targets, strict=True)
+                if reproduced and row_id in reproduced}
+    return [item for item in items if item.id in attacked]
 
 
 def verify_case(workdir: Path, base_model: str, report: dict[str, Any], top_k: int | None) -> dict[str, Any]:
