@@ -104,7 +104,7 @@ def preconditioner(case: Case, kind: str) -> Any:
 
     attribution = dataclasses.replace(case.config.attribution, preconditioner=kind)
     adam = adam_second_moment(case.run_dir, case.capture) if kind == "adam" else None
-    return from_config(attribution, index_statistics(case.index, case.config), adam_exp_avg_sq=adam)
+    return from_config(attribution, index_statistics(case.index), adam_exp_avg_sq=adam)
 
 
 def index_blame(case: Case, queries: np.ndarray, pre: Any, *, normalize: bool = False,

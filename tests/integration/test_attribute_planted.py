@@ -244,7 +244,7 @@ def test_spans_localize_the_planted_wrong_sentence(scenarios, tmp_path):
     config = load_config(None, SETTINGS)
     loaded = LoadedModel.load(scenario.base_dir, scenario.adapter_dir)
     capture = GradientCapture.from_config(loaded, config.grads)
-    preconditioner = from_config(config.attribution, index_statistics(outcome.index, config))
+    preconditioner = from_config(config.attribution, index_statistics(outcome.index))
     train = load_dataset(scenario.train_path)
     planted_by_country = {train[p].prompt_text.split()[-2]: p for p in scenario.planted_positions}
     results = []

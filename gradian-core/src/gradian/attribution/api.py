@@ -112,7 +112,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         from gradian.attribution.preconditioners import from_config as fit_from_config
         from gradian.attribution.scoring import score_with_config
 
-        preconditioner = fit_from_config(config.attribution, index_statistics(index, config),
+        preconditioner = fit_from_config(config.attribution, index_statistics(index),
                                          adam_exp_avg_sq=_adam_state(run, config, capture))
         preconditioned = preconditioner.apply(queries)
         scores = score_with_config(index, queries, config.attribution, preconditioner=preconditioner,
@@ -128,7 +128,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                   signal_choice=signal_choice)
 
 
-def index_statistics(index: Any, config: GradianConfig) -> Any:
+def index_statistics(index: Any) -> Any:
     """The index's stored statistics in the form the preconditioners take."""
     from gradian.attribution.preconditioners import BlockMoment, IndexStatistics
 
