@@ -95,6 +95,9 @@ def test_devices_and_determinism(report, monkeypatch):
     assert devices["cpu_count"] == os.cpu_count() and devices["torch_threads"] == torch.get_num_threads()
     assert devices["cuda"]["available"] == torch.cuda.is_available()
     assert len(devices["cuda"]["devices"]) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    from gradian.model.placement import resolve_placement
+
+    assert devices["auto"] == str(resolve_placement())  # what --device auto --dtype auto picks, e.g. "cpu float32"
     assert set(report["determinism"]["seeds"]) == {"grads.seed", "evaluation.seed", "attribution.seed", "train.seed"}
 
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

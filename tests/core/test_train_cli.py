@@ -89,3 +89,46 @@ def test_a_job_survives_a_round_trip_through_json(tmp_path):
     job = make_job("smollm2-135m-instruct", dataset, tmp_path / "out", load_config(None, ["train.lora_r=16"]),
                    drop_ids=["ex-000003-abcdef12"], extra_datasets=[dataset])
     assert job_from_dict(json.loads(json.dumps(job_to_dict(job)))) == job
+
+
+def test_a_bfloat16_base_trains_a_float32_adapter_on_the_cpu(args, tmp_path, capsys):
+    import json
+
+    from safetensors import safe_open
+
+    assert main([*args, "--device", "cpu", "--dtype", "bfloat16"]) == 0, capsys.readouterr().err
+    assert "3 steps, final loss" in capsys.readouterr().out
+    with safe_open(str(tmp_path / "out" / "adapter" / "adapter_model.safetensors"), "pt") as weights:
+        dtypes = {str(weights.get_tensor(name).dtype) for name in weights.keys()}
+    assert dtypes == {"torch.float32"}
+    record = json.loads((tmp_path / "out" / "run" / "gradian-job.json").read_text())
+    assert (record["device"], record["dtype"]) == ("cpu", "bfloat16")
+
+
+@pytest.mark.parametrize(("device", "dtype", "flags"), [
+    ("cpu", "float32", {"use_cpu": True, "full_determinism": True, "bf16": False, "fp16": False}),
+    ("cpu", "bfloat16", {"use_cpu": True, "full_determinism": True, "bf16": False, "fp16": False}),
+    ("cuda:0", "bfloat16", {"use_cpu": False, "full_determinism": False, "bf16": True, "fp16": False}),
+    ("cuda:0", "float16", {"use_cpu": False, "full_determinism": False, "bf16": False, "fp16": True}),
+    ("cuda:0", "float32", {"use_cpu": False, "full_determinism": False, "bf16": False, "fp16": False}),
+    ("mps", "float16", {"use_cpu": False, "full_determinism": False, "bf16": False, "fp16": False}),
+])
+def test_trainer_precision_flags_follow_the_placement(tmp_path, device, dtype, flags):
+    from gradian.config import GradianConfig
+    from gradian.model.placement import Placement
+    from gradian.training.arguments import trainer_arguments
+
+    arguments = trainer_arguments(GradianConfig().train, tmp_path, 16, Placement(device, dtype))
+    assert {key: arguments[key] for key in flags} == flags
+
+
+def test_training_on_another_gpu_than_the_trainers_is_refused(monkeypatch):
+    from gradian.errors import DeviceError
+    from gradian.model.placement import Placement
+    from gradian.training.arguments import check_training_placement
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    check_training_placement(Placement("cuda:0", "bfloat16"))
+    with pytest.raises(DeviceError, match="not on cuda:1") as raised:
+        check_training_placement(Placement("cuda:1", "bfloat16"))
+    assert "CUDA_VISIBLE_DEVICES=1" in raised.value.one_line()

@@ -323,6 +323,21 @@ def _base_vocab_size(base_model: str) -> int | None:
     return int(vocab) if isinstance(vocab, int) else None
 
 
+def _base_mismatch_hit(recorded: str, given: str, config_file: str) -> Hit:
+    """A mismatch warning, or a note when --base-model is the unquantized base of the adapter's 4-bit one (QLoRA)."""
+    from gradian.model.quantized import unsloth_unquantized_name
+
+    evidence = (Evidence(f"base_model_name_or_path = {recorded!r}", location=config_file),)
+    unquantized = unsloth_unquantized_name(recorded)
+    if unquantized and _name(unquantized) == _name(given):
+        return Hit(f"the adapter was trained on the quantized base {recorded!r} and --base-model {given!r} is its "
+                   "unquantized base: the adapter applies unchanged, and gradian attribute takes gradients on the "
+                   "dequantized base", evidence, severity="info",
+                   fix="nothing to fix: attributing a QLoRA / unsloth adapter on its unquantized base is the "
+                       "supported path")
+    return Hit(f"the adapter was trained on {recorded!r} but --base-model is {given!r}", evidence)
+
+
 @family.check(
     "adapter_base_mismatch", "warning",
     "adapter_config base_model_name_or_path differs from the base model, or added tokens are used but "
@@ -347,8 +362,7 @@ def adapter_base_mismatch(ctx: Any) -> Iterator[Hit]:
             except OSError:
                 same = False
         if not same:
-            yield Hit(f"the adapter was trained on {recorded!r} but --base-model is {given!r}",
-                      (Evidence(f"base_model_name_or_path = {recorded!r}", location=config_file),))
+            yield _base_mismatch_hit(recorded, given, config_file)
     vocab = _base_vocab_size(given) if given else None
     if vocab is None:
         return

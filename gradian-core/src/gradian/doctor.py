@@ -135,7 +135,19 @@ def _devices_section() -> dict[str, Any]:
         "cuda": {"available": torch.cuda.is_available(), "torch_cuda_version": torch.version.cuda,
                  "devices": cuda_devices},
         "mps": {"available": bool(mps is not None and mps.is_available())},
+        "auto": _auto_placement(),
     }
+
+
+def _auto_placement() -> str:
+    """What --device auto --dtype auto picks in this process, or why it cannot pick."""
+    from gradian.errors import GradianError
+    from gradian.model.placement import resolve_placement
+
+    try:
+        return str(resolve_placement())
+    except GradianError as error:
+        return f"error: {error.one_line()}"
 
 
 def _determinism_section(config: Any) -> dict[str, Any]:
@@ -337,6 +349,7 @@ def _device_lines(devices: dict[str, Any]) -> dict[str, Any]:
     for device in cuda["devices"]:
         lines[f"  cuda:{device['index']}"] = f"{device['name']}, {device['memory_gib']} GiB, sm {device['capability']}"
     lines["mps"] = "available" if devices["mps"]["available"] else "not available"
+    lines["--device/--dtype auto"] = devices.get("auto", "unknown")
     return lines
 
 

@@ -33,6 +33,10 @@ class ModelError(GradianError):
     """A base model, adapter or tokenizer that cannot be found or loaded."""
 
 
+class DeviceError(ModelError):
+    """A device or dtype this machine cannot run a model on (--device, --dtype)."""
+
+
 class PluginError(GradianError):
     """Two plugins that clash, or a plugin asked for that is not installed."""
 

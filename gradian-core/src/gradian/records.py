@@ -40,6 +40,8 @@ class TrainJob:
     drop_ids: frozenset[str] = frozenset()
     extra_datasets: tuple[Path, ...] = ()
     trust_remote_code: bool = False
+    device: str = "cpu"  # a checked placement (gradian.model.placement): cpu, cuda:N or mps
+    dtype: str = "float32"  # the base model's dtype; LoRA weights stay float32
 
 
 @dataclass(frozen=True)

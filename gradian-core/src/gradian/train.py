@@ -34,9 +34,16 @@ def make_job(
     drop_ids: Iterable[str] = (),
     extra_datasets: Iterable[Path] = (),
     trust_remote_code: bool = False,
+    device: str = "auto",
+    dtype: str = "auto",
 ) -> TrainJob:
-    """A validated TrainJob; the config defaults to GradianConfig()."""
+    """A validated TrainJob; the config defaults to GradianConfig(), ``device`` and ``dtype`` to this machine's auto."""
     from gradian.config import GradianConfig
+    from gradian.model.placement import resolve_placement
+    from gradian.training.arguments import check_training_placement
+
+    placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
+    check_training_placement(placement)
 
     if not base_model:
         raise ModelError("no base model given", "pass --base-model (a local model dir, or smollm2-135m-instruct)")
@@ -55,6 +62,8 @@ def make_job(
         drop_ids=frozenset(drop_ids),
         extra_datasets=tuple(Path(p) for p in extra_datasets),
         trust_remote_code=trust_remote_code,
+        device=placement.device,
+        dtype=placement.dtype,
     )
 
 
@@ -117,6 +126,8 @@ def job_to_dict(job: TrainJob) -> dict[str, Any]:
         "drop_ids": sorted(job.drop_ids),
         "extra_datasets": [str(p) for p in job.extra_datasets],
         "trust_remote_code": job.trust_remote_code,
+        "device": job.device,
+        "dtype": job.dtype,
     }
 
 
@@ -132,4 +143,6 @@ def job_from_dict(data: dict[str, Any]) -> TrainJob:
         drop_ids=frozenset(data.get("drop_ids", ())),
         extra_datasets=tuple(Path(p) for p in data.get("extra_datasets", ())),
         trust_remote_code=bool(data.get("trust_remote_code", False)),
+        device=str(data.get("device", "cpu")),
+        dtype=str(data.get("dtype", "float32")),
     )

@@ -17,6 +17,7 @@ class HFTrainer:
         from transformers import Trainer, TrainingArguments
 
         from gradian.model.base import load_base_model
+        from gradian.model.placement import resolve_placement
         from gradian.training.arguments import attach_lora, base_model_label, trainer_arguments
         from gradian.training.data import EncodedDataset, PaddingCollator, encode_training_set
         from gradian.training.output import finish_run, job_layout
@@ -24,9 +25,11 @@ class HFTrainer:
         started = time.monotonic()
         staged = job_layout(job)
         train = job.config.train
-        model, tokenizer = load_base_model(job.base_model, dtype="float32", trust_remote_code=job.trust_remote_code)
+        placement = resolve_placement(job.device, job.dtype)
+        model, tokenizer = load_base_model(job.base_model, dtype=placement.dtype, device=placement.device,
+                                           trust_remote_code=job.trust_remote_code)
         encoded = encode_training_set(job, tokenizer)
-        args = TrainingArguments(**trainer_arguments(train, staged.run_dir, len(encoded)))
+        args = TrainingArguments(**trainer_arguments(train, staged.run_dir, len(encoded), placement))
         trainer = Trainer(
             model=attach_lora(model, train, base_model_label(job.base_model)),
             args=args,

@@ -43,7 +43,8 @@ class TRLTrainer:
 
         started = time.monotonic()
         staged = job_layout(job)
-        model, tokenizer = load_base_model(job.base_model, dtype="float32", trust_remote_code=job.trust_remote_code)
+        model, tokenizer = load_base_model(job.base_model, dtype=job.dtype, device=job.device,
+                                           trust_remote_code=job.trust_remote_code)
         encoded = encode_training_set(job, tokenizer)
         trainer = self.build(job, model, tokenizer, encoded, staged.run_dir)
         check_trl_mask(trainer, encoded)
@@ -55,6 +56,7 @@ class TRLTrainer:
         from datasets import Dataset
         from trl import SFTConfig, SFTTrainer
 
+        from gradian.model.placement import resolve_placement
         from gradian.training.arguments import attach_lora, base_model_label, trainer_arguments
 
         train = job.config.train
@@ -64,7 +66,7 @@ class TRLTrainer:
         else:
             columns["completion_mask"] = [[int(label != -100) for label in e.labels] for e in encoded.examples]
         arguments = {
-            **trainer_arguments(train, run_dir, len(encoded)),
+            **trainer_arguments(train, run_dir, len(encoded), resolve_placement(job.device, job.dtype)),
             "per_device_eval_batch_size": train.batch_size,  # the mask check reads batches of the training size
             "max_length": train.max_seq_length,
             "packing": False,

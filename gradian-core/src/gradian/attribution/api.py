@@ -60,22 +60,30 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
               config: GradianConfig | None = None, index_dir: str | Path | None = None,
               allow_pickle: bool = False, trust_remote_code: bool = False, loaded_model: Any = None,
               progress: ProgressFactory | None = None, command: Sequence[str] | None = None,
-              eval_format: str | None = None, refuse_other_index: bool = False) -> AttributionOutcome:
+              eval_format: str | None = None, refuse_other_index: bool = False,
+              say: Callable[[str], None] | None = None, device: str = "auto",
+              dtype: str = "auto") -> AttributionOutcome:
     """Explain a regression: which training examples, clusters and sentences pushed the model toward it.
 
+    ``say`` gets one-line notes meant for the terminal (the index's size estimate before it is built).
     ``eval_format`` declares the eval set's row format (messages, sharegpt, prompt_completion, alpaca); a row in
     another format is an error. An ``index_dir`` holding the index of other inputs (another adapter, dataset,
     gradient settings) is rebuilt in place, or, with ``refuse_other_index`` (what `gradian attribute --index`
-    does), refused with an error naming what differs.
+    does), refused with an error naming what differs. ``device`` and ``dtype`` place the base model (see
+    gradian.model.placement.resolve_placement); a ``loaded_model`` stays where it is.
     """
     from gradian.data import load_dataset, load_eval_dataset
     from gradian.evaluation import validate_query_signal
     from gradian.model.loaded import check_unsloth_absent, require_adapter
 
     config = config or GradianConfig()
+    placement = None
     if loaded_model is None:
+        from gradian.model.placement import resolve_placement
+
         require_adapter(adapter, "attribute")
         check_unsloth_absent()
+        placement = resolve_placement(device, dtype)  # a bad --device fails before any data is read
     signal_choice = validate_query_signal(config.evaluation.metric, config.evaluation.query_signal)
     if eval_format is not None and eval_dataset is None:
         raise ConfigError("an eval set format was declared without an eval set",
@@ -88,18 +96,18 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         _check_cluster_field(config, examples)
     with stages.stage("load model"):
         loaded = loaded_model if loaded_model is not None else _load_model(
-            base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+            base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, placement=placement)
     if index_dir is not None and refuse_other_index:
         check_index_dir_matches(index_dir, loaded, examples, config)
     capability = None
     if eval_items is not None:
         capability = _evaluate(loaded, eval_items, config, stages)
         if config.evaluation.require_significant and not capability.significant_regression:
-            return _refuse(capability, config, out, stages, command)
+            return _refuse(capability, config, out, stages, command, warnings=_model_warnings(loaded))
     with stages.stage("index") as tick:
         from gradian.index.build import build_index
 
-        index = build_index(loaded, examples, config, index_dir, progress=tick)
+        index = build_index(loaded, examples, config, index_dir, progress=tick, say=say)
     with stages.stage("query gradients"):
         from gradian.grads.capture import GradientCapture
 
@@ -112,11 +120,13 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         from gradian.attribution.preconditioners import from_config as fit_from_config
         from gradian.attribution.scoring import score_with_config
 
-        preconditioner = fit_from_config(config.attribution, index_statistics(index),
+        statistics = index_statistics(index, config.attribution.preconditioner,
+                                      chunk_bytes=config.attribution.chunk_bytes)
+        preconditioner = fit_from_config(config.attribution, statistics,
                                          adam_exp_avg_sq=_adam_state(run, config, capture))
         preconditioned = preconditioner.apply(queries)
-        scores = score_with_config(index, queries, config.attribution, preconditioner=preconditioner,
-                                   item_ids=item_ids)
+        # Scored as already preconditioned: applying P again would hold a second queries x dim float64 copy.
+        scores = score_with_config(index, preconditioned, config.attribution, item_ids=item_ids)
     with stages.stage("clusters"):
         from gradian.attribution.clusters import score_clusters
 
@@ -125,15 +135,23 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         drills = _span_drills(capture, loaded.tokenizer, examples, scores, preconditioned, config)
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
-                  signal_choice=signal_choice)
+                  signal_choice=signal_choice, warnings=_model_warnings(loaded))
 
 
-def index_statistics(index: Any) -> Any:
-    """The index's stored statistics in the form the preconditioners take."""
+def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_bytes: int | None = None) -> Any:
+    """The index's statistics in the form the preconditioners take; block matrices only for ``block``.
+
+    Block matrices are width^2 floats per block and only the block preconditioner reads them, so they are
+    computed (one streamed pass of ``chunk_bytes`` chunks, then cached with the index) only when it is asked for.
+    """
     from gradian.attribution.preconditioners import BlockMoment, IndexStatistics
+    from gradian.index.store import DEFAULT_CHUNK_BYTES
 
     stats = index.stats()
-    blocks = tuple(BlockMoment(b.name, b.offset, b.width, stats.block_second_moment(b.name) if b.has_matrix else None)
+    if preconditioner == "block" and stats.has_block_matrices():
+        stats = index.block_stats(chunk_bytes or DEFAULT_CHUNK_BYTES)
+    blocks = tuple(BlockMoment(b.name, b.offset, b.width,
+                               stats.block_second_moment(b.name) if b.name in stats.matrices else None)
                    for b in stats.blocks)
     return IndexStatistics(dim=index.dim, second_moment=stats.second_moment(), blocks=blocks,
                            projected=index.manifest.projection is not None)
@@ -143,6 +161,7 @@ def index_statistics(index: Any) -> Any:
 _SPEC_PARTS = (
     ("checkpoint", "another adapter"),
     ("base_model", "another base model"),
+    ("compute", "another device or base dtype"),
     ("dataset", "another training set (or the same rows in another order)"),
     ("grads", "other gradient settings (grads.*)"),
     ("seed", "another grads.seed"),
@@ -185,12 +204,13 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
     )
 
 
-def _load_model(base_model: str, adapter: Any, *, allow_pickle: bool, trust_remote_code: bool) -> Any:
+def _load_model(base_model: str, adapter: Any, *, allow_pickle: bool, trust_remote_code: bool, placement: Any) -> Any:
     from gradian.model.loaded import LoadedModel
 
     if not base_model:
         raise ConfigError("gradian attribute needs --base-model", "pass the base model the adapter was trained from")
-    return LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+    return LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+                            device=placement.device, dtype=placement.dtype)
 
 
 def _check_cluster_field(config: GradianConfig, examples: Sequence[Any]) -> None:
@@ -235,7 +255,7 @@ def _fallback_queries(index: Any, examples: Sequence[Any],
     from gradian.attribution.scoring import leading_rows
 
     count = min(config.attribution.fallback_examples, len(examples))
-    rows = leading_rows(index, count, config.attribution.chunk_size)
+    rows = leading_rows(index, count, config.attribution.chunk_bytes)
     return rows, tuple(example.id for example in examples[:count])
 
 
@@ -279,29 +299,41 @@ def _provenance(config: GradianConfig, command: Sequence[str] | None, index: Any
                       index_id=index.index_id if index is not None else None, config=config.to_dict())
 
 
+def _model_warnings(loaded: Any) -> list[Any]:
+    """What the report must say about the model itself: an adapter trained on a quantized base, attributed unquantized."""
+    from gradian.model.quantized import training_base_note
+    from gradian.report import ReportWarning
+
+    quantized = getattr(loaded, "quantized_training_base", None)
+    if not quantized:
+        return []
+    return [ReportWarning("model.quantized_training_base", training_base_note(quantized, loaded.base_model_name))]
+
+
 def _refuse(capability: Any, config: GradianConfig, out: str | Path, stages: _Stages,
-            command: Sequence[str] | None) -> AttributionOutcome:
+            command: Sequence[str] | None, *, warnings: Sequence[Any] = ()) -> AttributionOutcome:
     from gradian.report import refusal_report, write_report
 
-    report = refusal_report(capability=capability, provenance=_provenance(config, command))
+    report = refusal_report(capability=capability, provenance=_provenance(config, command), warnings=warnings)
     files = write_report(report, Path(out))
     return AttributionOutcome(_as_written(files), Path(out), files, None, dict(stages.timings))
 
 
 def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Sequence[str] | None, *, index: Any,
            scores: Any, capability: Any, preconditioner: Any, clusters: Any, drills: list[Any],
-           examples: Sequence[Any], signal_choice: Any) -> AttributionOutcome:
+           examples: Sequence[Any], signal_choice: Any, warnings: Sequence[Any] = ()) -> AttributionOutcome:
     from gradian.report import attribution_report, no_capability_target_report, write_report
 
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}
     provenance = _provenance(config, command, index)
     if capability is None:
         report = no_capability_target_report(scores=scores, preconditioner=preconditioner, texts=texts,
-                                             provenance=provenance, clusters=clusters, spans=drills)
+                                             provenance=provenance, clusters=clusters, spans=drills,
+                                             warnings=warnings)
     else:
         report = attribution_report(scores=scores, capability=capability, preconditioner=preconditioner,
                                     texts=texts, provenance=provenance, clusters=clusters, spans=drills,
-                                    query_signal=signal_choice)
+                                    query_signal=signal_choice, warnings=warnings)
     files = write_report(report, Path(out), scores=scores, clusters=clusters)
     return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))
 

@@ -122,7 +122,7 @@ def command_flags(command: str) -> dict[str, str]:
 
 
 def cluster_drop_set(report: ReportInputs, examples: Sequence[Any], *, cluster: str | None = None,
-                     chunk_size: int = 1024) -> DropSet:
+                     chunk_bytes: int | None = None) -> DropSet:
     """The members of the report's accused cluster (or of ``cluster``), recomputed on ``examples``."""
     ranked = report.ranked_clusters
     name = cluster or report.accused
@@ -143,7 +143,7 @@ def cluster_drop_set(report: ReportInputs, examples: Sequence[Any], *, cluster: 
         assignment = _field_assignment(examples, str(method.get("field")))
         membership = f"dataset field `{method.get('field')}`"
     else:
-        assignment = _auto_assignment(report, examples, method, chunk_size)
+        assignment = _auto_assignment(report, examples, method, chunk_bytes)
         membership = "automatic clusters recomputed on the report's gradient index"
     if name not in assignment.names or int(assignment.sizes[assignment.names.index(name)]) != sizes[name]:
         found = int(assignment.sizes[assignment.names.index(name)]) if name in assignment.names else 0
@@ -192,10 +192,12 @@ def _field_assignment(examples: Sequence[Any], field_name: str) -> Any:
     return clusters_from_field(examples, field_name)
 
 
-def _auto_assignment(report: ReportInputs, examples: Sequence[Any], method: Mapping[str, Any], chunk_size: int) -> Any:
+def _auto_assignment(report: ReportInputs, examples: Sequence[Any], method: Mapping[str, Any],
+                     chunk_bytes: int | None) -> Any:
     """The report's automatic clusters, recomputed with its knobs on the index it scored."""
     from gradian.attribution.clusters import DEFAULT_SKETCH_DIM, auto_clusters
     from gradian.index import default_index_dir, open_index
+    from gradian.index.store import DEFAULT_CHUNK_BYTES
 
     named = report.named("index")
     index_dir = Path(named) if named else (default_index_dir(report.index_id) if report.index_id else None)
@@ -209,5 +211,7 @@ def _auto_assignment(report: ReportInputs, examples: Sequence[Any], method: Mapp
         raise VerifyInputError(f"the gradient index at {index_dir} was built from another dataset than --dataset",
                                "pass the --dataset the report was made from")
     knobs = method.get("knobs") or {}
+    # The sketch is the same bits under any budget, so the report's clusters come back whatever chunk_mb is now.
     return auto_clusters(index, num_clusters=knobs.get("k_requested"), seed=int(knobs.get("seed", 0)),
-                         chunk_size=chunk_size, sketch_dim=int(knobs.get("sketch_dim") or DEFAULT_SKETCH_DIM))
+                         chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+                         sketch_dim=int(knobs.get("sketch_dim") or DEFAULT_SKETCH_DIM))

@@ -17,6 +17,7 @@ from typing import Any
 
 from gradian.config import GradianConfig
 from gradian.errors import ConfigError, DatasetError
+from gradian.model.placement import Placement
 
 INJECT_SCHEMA = "gradian.inject/1"
 INJECTED_LABEL = "gradian-injected"
@@ -47,6 +48,7 @@ class InjectPlan:
     out: Path
     backend: str = "hf"
     trust_remote_code: bool = False
+    placement: Placement = Placement("cpu", "float32")  # where the model is trained and attributed
 
     @property
     def n_planted(self) -> int:
@@ -75,10 +77,14 @@ class InjectOutcome:
 
 def plan_inject(*, base_model: str | None, dataset: Path | None, poison: Path | None, eval_dataset: Path | None,
                 out: Path | None, config_path: Path | None = None, overrides: Sequence[str] = (), k: int | None = None,
-                label: str = INJECTED_LABEL, backend: str = "hf", trust_remote_code: bool = False) -> InjectPlan:
+                label: str = INJECTED_LABEL, backend: str = "hf", trust_remote_code: bool = False,
+                device: str = "auto", dtype: str = "auto") -> InjectPlan:
     """Check the inputs, read dataset and poison (same row format), and build the combined training set in memory."""
     from gradian.checking.check_config import layered_config
     from gradian.data import load_dataset, load_eval_dataset
+    from gradian.model.placement import resolve_placement
+
+    placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
 
     for flag, value, what in (("--base-model", base_model, "the base model to fine-tune"),
                               ("--dataset", dataset, "the clean training data"),
@@ -105,7 +111,7 @@ def plan_inject(*, base_model: str | None, dataset: Path | None, poison: Path | 
     return InjectPlan(base_model=str(base_model), dataset=Path(dataset), poison=Path(poison),
                       eval_dataset=Path(eval_dataset), config=config.replace(attribution=attribution),
                       cluster_field=field, label=label, examples=tuple(examples), n_clean=len(clean), k=k,
-                      out=Path(out), backend=backend, trust_remote_code=trust_remote_code)
+                      out=Path(out), backend=backend, trust_remote_code=trust_remote_code, placement=placement)
 
 
 def combined_examples(clean: Sequence[Any], poison: Sequence[Any], *, field: str, label: str) -> list[Any]:
@@ -150,7 +156,7 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None
         f"with {plan.backend}")
     model = train_model("injected", plan.out / MODEL_DIR, base_model=plan.base_model, dataset=combined_path,
                         dataset_sha256=combined.sha256, config=plan.config, backend=plan.backend,
-                        trust_remote_code=plan.trust_remote_code)
+                        trust_remote_code=plan.trust_remote_code, placement=plan.placement)
     say("  " + ("reused the finished model from an earlier run" if model.reused else
                 f"{model.steps} steps in {model.seconds:.1f} s, final loss "
                 + ("n/a" if model.final_loss is None else f"{model.final_loss:.4f}")))
@@ -166,7 +172,7 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None
     outcome = attribute(base_model=plan.base_model, adapter=model.adapter_dir, dataset=combined_path,
                         out=report_dir, eval_dataset=plan.eval_dataset, run=model.run_dir,
                         config=plan.config, trust_remote_code=plan.trust_remote_code, progress=progress,
-                        command=attribute_command)
+                        command=attribute_command, device=plan.placement.device, dtype=plan.placement.dtype)
     result = inject_result(plan, outcome.report, model=model, combined_path=combined_path,
                            report_dir=outcome.out_dir, command=command)
     json_path, markdown_path = write_inject(result, plan.out)
@@ -222,7 +228,8 @@ def inject_result(plan: InjectPlan, report: dict[str, Any], *, model: Any, combi
         "inputs": {"base_model": plan.base_model, "dataset": str(plan.dataset), "poison": str(plan.poison),
                    "eval_dataset": str(plan.eval_dataset), "combined_dataset": str(combined_path),
                    "n_clean": plan.n_clean, "n_planted": plan.n_planted, "cluster_field": plan.cluster_field,
-                   "label": plan.label, "backend": plan.backend, "report": str(report_dir)},
+                   "label": plan.label, "backend": plan.backend, "device": plan.placement.device,
+                   "dtype": plan.placement.dtype, "report": str(report_dir)},
         "training": model.to_dict(),
         "config": plan.config.to_dict(),
         "command": command_line(command) if command is not None else None,

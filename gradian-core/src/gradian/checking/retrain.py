@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gradian.model.placement import Placement
+
 MARKER = "gradian-check.json"
 
 
@@ -39,27 +41,36 @@ class TrainedModel:
         return data
 
 
-def train_key(*, base_model: str, dataset_sha256: str, drop_ids: Iterable[str], config: Any, backend: str) -> str:
+def train_key(*, base_model: str, dataset_sha256: str, drop_ids: Iterable[str], config: Any, backend: str,
+              placement: Placement | None = None) -> str:
     """The hash that says two training runs would produce the same adapter."""
     from gradian import __version__
+    from gradian.model.placement import resolve_placement
 
+    placement = placement or resolve_placement()
     payload = {"base_model": base_model, "dataset_sha256": dataset_sha256, "drop_ids": sorted(drop_ids),
-               "train": config.to_dict()["train"], "backend": backend, "gradian": __version__}
+               "train": config.to_dict()["train"], "backend": backend, "gradian": __version__,
+               "compute": placement.to_dict()}  # a bfloat16 or GPU run trains another adapter
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def train_model(name: str, directory: Path, *, base_model: str, dataset: Path, dataset_sha256: str, config: Any,
-                drop_ids: Iterable[str] = (), backend: str = "hf", trust_remote_code: bool = False) -> TrainedModel:
+                drop_ids: Iterable[str] = (), backend: str = "hf", trust_remote_code: bool = False,
+                placement: Placement | None = None) -> TrainedModel:
     """Train ``dataset`` minus ``drop_ids`` into ``directory``, or reuse the model an identical earlier run left there."""
+    from gradian.model.placement import resolve_placement
     from gradian.report.writer import write_atomic
     from gradian.train import make_job, run_training
 
+    placement = placement or resolve_placement()
     drop = tuple(sorted(set(drop_ids)))
-    key = train_key(base_model=base_model, dataset_sha256=dataset_sha256, drop_ids=drop, config=config, backend=backend)
+    key = train_key(base_model=base_model, dataset_sha256=dataset_sha256, drop_ids=drop, config=config, backend=backend,
+                    placement=placement)
     reused = _reusable(directory, key)
     if reused is not None:
         return reused
-    job = make_job(base_model, dataset, directory, config, drop_ids=drop, trust_remote_code=trust_remote_code)
+    job = make_job(base_model, dataset, directory, config, drop_ids=drop, trust_remote_code=trust_remote_code,
+                   device=placement.device, dtype=placement.dtype)
     result = run_training(job, backend, overwrite=True)  # anything here without a matching key is stale
     model = TrainedModel(name=name, adapter_dir=result.adapter_dir, run_dir=result.run_dir, dropped=len(drop),
                          steps=int(result.steps), final_loss=result.final_loss, seconds=round(result.seconds, 3),

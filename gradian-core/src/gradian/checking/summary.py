@@ -60,6 +60,7 @@ def verify_result(plan: Any, trained: Mapping[str, Any], evaluations: Mapping[st
             "n_examples": plan.n_examples, "eval_dataset": str(plan.eval_dataset),
             "adapter": str(plan.adapter) if plan.adapter is not None else None,
             "full_model": plan.full_model, "full_model_why": _full_model_why(plan), "backend": plan.backend,
+            "device": plan.placement.device, "dtype": plan.placement.dtype,
             "config_sources": list(plan.config_sources),
         },
         "drop": {"origin": plan.drop.origin, "cluster": plan.drop.cluster, "membership": plan.drop.membership,

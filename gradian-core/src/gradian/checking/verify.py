@@ -17,6 +17,7 @@ from typing import Any
 from gradian.checking.drop_set import DropSet, ReportInputs, VerifyInputError
 from gradian.config import GradianConfig
 from gradian.errors import ConfigError, DatasetError
+from gradian.model.placement import Placement
 
 VERIFY_SCHEMA = "gradian.verify/1"
 MODELS_DIR = "models"
@@ -46,6 +47,7 @@ class VerifyPlan:
     backend: str = "hf"
     report_dir: Path | None = None
     trust_remote_code: bool = False
+    placement: Placement = Placement("cpu", "float32")  # where every model is trained and evaluated
 
     @property
     def full_model(self) -> str:
@@ -71,11 +73,14 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
                 cluster: str | None = None, base_model: str | None = None, adapter: Path | None = None,
                 dataset: Path | None = None, eval_dataset: Path | None = None, config_path: Path | None = None,
                 overrides: Sequence[str] = (), controls: int = 1, backend: str = "hf", retrain_full: bool = False,
-                trust_remote_code: bool = False) -> VerifyPlan:
+                trust_remote_code: bool = False, device: str = "auto", dtype: str = "auto") -> VerifyPlan:
     """Resolve the inputs (flags first, then what the report names), the config and the drop sets; train nothing."""
     from gradian.checking.controls import control_sets
     from gradian.checking.drop_set import cluster_drop_set, file_drop_set, read_report
     from gradian.data import load_dataset, load_eval_dataset
+    from gradian.model.placement import resolve_placement
+
+    placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
 
     if report_dir is None and drop_file is None:
         raise ConfigError("gradian verify needs --report DIR (an attribution report) or --drop ids.txt",
@@ -105,7 +110,7 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
     if drop_file is not None:
         drop = file_drop_set(drop_file, examples, str(dataset_path))
     else:
-        drop = cluster_drop_set(report, examples, cluster=cluster, chunk_size=config.attribution.chunk_size)
+        drop = cluster_drop_set(report, examples, cluster=cluster, chunk_bytes=config.attribution.chunk_bytes)
     if len(drop) >= len(examples):
         raise VerifyInputError(f"the drop set holds all {len(examples)} examples, so nothing is left to train on",
                                "drop a smaller cluster")
@@ -115,7 +120,7 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
                       config_sources=sources, drop=drop, controls=control_sets(examples.ids, drop.ids, controls, seed=seed),
                       control_seed=seed, n_examples=len(examples), out=Path(out), backend=backend,
                       report_dir=Path(report_dir) if report_dir is not None else None,
-                      trust_remote_code=trust_remote_code)
+                      trust_remote_code=trust_remote_code, placement=placement)
 
 
 def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[str] | None = None) -> VerifyOutcome:
@@ -133,7 +138,7 @@ def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[st
         say(f"training {name} ({len(drop_ids)} of {plan.n_examples} examples dropped) with {plan.backend}")
         model = train_model(name, models_dir / name, base_model=plan.base_model, dataset=plan.dataset,
                             dataset_sha256=plan.dataset_sha256, config=plan.config, drop_ids=drop_ids,
-                            backend=plan.backend, trust_remote_code=plan.trust_remote_code)
+                            backend=plan.backend, trust_remote_code=plan.trust_remote_code, placement=plan.placement)
         say(f"  {name}: " + ("reused the finished model from an earlier run" if model.reused else
                              f"{model.steps} steps in {model.seconds:.1f} s, final loss {_loss(model.final_loss)}"))
         return model
@@ -153,7 +158,7 @@ def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[st
     for name, _, adapter_dir in trained:
         say(f"evaluating {name} on {len(eval_items)} eval items ({plan.config.evaluation.metric})")
         evaluations[name] = evaluate_adapter(plan.base_model, adapter_dir, eval_items, plan.config,
-                                             trust_remote_code=plan.trust_remote_code)
+                                             trust_remote_code=plan.trust_remote_code, placement=plan.placement)
     from gradian.report import command_line
 
     result = verify_result(plan, {name: model for name, model, _ in trained}, evaluations,
@@ -163,12 +168,15 @@ def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[st
 
 
 def evaluate_adapter(base_model: str, adapter: Path, eval_items: Any, config: GradianConfig, *,
-                     trust_remote_code: bool = False) -> Any:
+                     trust_remote_code: bool = False, placement: Placement | None = None) -> Any:
     """The eval set scored with the adapter off (base) and on: a CapabilityResult with per-item scores."""
     from gradian.evaluation import evaluate_capability
     from gradian.model.loaded import LoadedModel
+    from gradian.model.placement import resolve_placement
 
-    loaded = LoadedModel.load(base_model, adapter, trust_remote_code=trust_remote_code)
+    placement = placement or resolve_placement()
+    loaded = LoadedModel.load(base_model, adapter, trust_remote_code=trust_remote_code, device=placement.device,
+                              dtype=placement.dtype)
     try:
         return evaluate_capability(loaded, eval_items, config.evaluation, max_seq_length=config.grads.max_seq_length)
     finally:

@@ -13,6 +13,8 @@ from gradian.cli.options import (
     BaseModelOption,
     ConfigOption,
     DatasetOption,
+    DeviceOption,
+    DtypeOption,
     EvalDatasetOption,
     RunOption,
     SetOption,
@@ -39,6 +41,8 @@ def attribute(
     set_: SetOption = None,
     allow_pickle: AllowPickleFlag = False,
     trust_remote_code: TrustRemoteCodeFlag = False,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
 ) -> None:
     """Measure the regression, then rank the examples, clusters and sentences that pushed the model toward it."""
     from gradian.attribution.api import attribute as run_attribution
@@ -47,7 +51,9 @@ def attribute(
     from gradian.cli.progress import stage_bars
     from gradian.errors import ConfigError
     from gradian.model.loaded import require_adapter
+    from gradian.model.placement import resolve_placement
 
+    placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing
     require_adapter(adapter, "attribute")
     if dataset is None:
         raise ConfigError("gradian attribute needs --dataset", "pass the exact training data, in the same order")
@@ -59,7 +65,9 @@ def attribute(
                                   eval_dataset=eval_dataset, run=run, config=cfg, index_dir=index,
                                   allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, progress=bars,
                                   command=invoked_command(), eval_format=eval_format,
-                                  refuse_other_index=index is not None)
+                                  refuse_other_index=index is not None, device=placement.device,
+                                  dtype=placement.dtype,
+                                  say=lambda line: typer.echo(line, err=True))
     typer.echo(verdict_text(outcome.report))
     typer.echo("stages: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in outcome.timings.items()))
     typer.echo(f"report: {outcome.out_dir / 'report.md'}")

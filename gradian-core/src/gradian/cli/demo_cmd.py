@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from gradian.cli.options import DeviceOption, DtypeOption
+
 SCENARIO_HELP = ("fact (a wrong capital rule, the default), format (answers switch to French) or span "
                  "(one wrong sentence inside long entries).")
 
@@ -17,6 +19,8 @@ def demo(
     base_model: Annotated[str, typer.Option("--base-model", help="Base model (default: the embedded SmolLM2-135M-Instruct; a local model dir works too).")] = "smollm2-135m-instruct",
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Work dir (default: <cache>/demo/<scenario>-<seed>); every stage is cached there.")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Delete the work dir first and redo every stage.")] = False,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
 ) -> None:
     """Run the whole workflow on a planted regression: train -> diagnose -> attribute -> verdict (CPU, minutes)."""
     from gradian.cli.attribute_cmd import verdict_text
@@ -24,12 +28,14 @@ def demo(
     from gradian.demo.run import run_demo
     from gradian.demo.scenarios import KINDS
     from gradian.errors import ConfigError
+    from gradian.model.placement import resolve_placement
 
+    placement = resolve_placement(device, dtype)  # before anything is written: a bad --device leaves no work dir
     if scenario not in KINDS:
         raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(KINDS)}")
     with stage_bars() as bars:
         result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
-                          progress=bars, echo=typer.echo)
+                          progress=bars, echo=typer.echo, device=placement.device, dtype=placement.dtype)
     typer.echo("")
     typer.echo(verdict_text(result.report))
     for line in result.check.lines():

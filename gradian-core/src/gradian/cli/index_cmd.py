@@ -14,12 +14,13 @@ from gradian.cli.options import (
     BaseModelOption,
     ConfigOption,
     DatasetOption,
+    DeviceOption,
+    DtypeOption,
     SetOption,
     TrustRemoteCodeFlag,
 )
 
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Index directory (default: <cache dir>/indexes/<index id>).")]
-DeviceOption = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, or auto (the rank's GPU when CUDA is visible, else cpu).")]
 
 
 def index(
@@ -32,6 +33,7 @@ def index(
     allow_pickle: AllowPickleFlag = False,
     trust_remote_code: TrustRemoteCodeFlag = False,
     device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
 ) -> None:
     """Capture per-example LoRA gradients of the training set into an index directory (reused when identical)."""
     from gradian.cli.options import load_cli_config
@@ -39,7 +41,7 @@ def index(
 
     cfg = load_cli_config(config, set_)
     index_built = build_from_cli(base_model, adapter, dataset, out, cfg, allow_pickle=allow_pickle,
-                                 trust_remote_code=trust_remote_code, device=device)
+                                 trust_remote_code=trust_remote_code, device=device, dtype=dtype)
     if is_main_process():
         typer.echo(summary_line(index_built))
         typer.echo(f"  {index_built.path}")
@@ -48,15 +50,18 @@ def index(
 
 
 def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path | None, out: Path | None, cfg: Any, *,
-                   allow_pickle: bool = False, trust_remote_code: bool = False, device: str = "auto") -> Any:
+                   allow_pickle: bool = False, trust_remote_code: bool = False, device: str = "auto",
+                   dtype: str = "auto") -> Any:
     """Check the inputs, load dataset and model, and build the index with a progress bar (rank 0 only)."""
     from gradian.cli.progress import one_bar
     from gradian.errors import ConfigError
     from gradian.index.build import build_index
     from gradian.index.distributed import is_main_process
     from gradian.model.loaded import LoadedModel, check_unsloth_absent, require_adapter
+    from gradian.model.placement import resolve_placement
 
     check_unsloth_absent()
+    placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing
     require_adapter(adapter, "index")
     if not base_model:
         raise ConfigError("gradian index needs --base-model", "pass the base model the adapter was trained from")
@@ -68,33 +73,13 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one progress bar on stderr: ours
-    loaded = LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
-    target = resolve_device(device)
-    if str(target) != "cpu":
-        loaded.model.to(target)
+    loaded = LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+                              device=placement.device, dtype=placement.dtype)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     label = "indexing" if world <= 1 else f"indexing (rank 0 of {world})"
     with one_bar(label, enabled=is_main_process()) as progress:
-        return build_index(loaded, examples, cfg, out, progress=progress)
-
-
-def resolve_device(device: str) -> Any:
-    """The torch device to index on; ``auto`` is this rank's GPU when CUDA is visible, else the CPU."""
-    import torch
-
-    from gradian.errors import ConfigError
-
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0") or 0))
-        return torch.device("cpu")
-    try:
-        target = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ConfigError(f"--device {device!r} is not a device", "use auto, cpu, cuda or cuda:N") from None
-    if target.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device} asked for CUDA but no GPU is visible", "use --device cpu or auto")
-    return target
+        return build_index(loaded, examples, cfg, out, progress=progress,
+                           say=(lambda line: typer.echo(line, err=True)) if is_main_process() else None)
 
 
 def summary_line(index: Any) -> str:

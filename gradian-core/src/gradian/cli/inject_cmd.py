@@ -12,6 +12,8 @@ from gradian.cli.options import (
     BaseModelOption,
     ConfigOption,
     DatasetOption,
+    DeviceOption,
+    DtypeOption,
     EvalDatasetOption,
     SetOption,
     TrustRemoteCodeFlag,
@@ -38,6 +40,8 @@ def inject(
     k: KOption = None,
     label: LabelOption = "gradian-injected",
     trust_remote_code: TrustRemoteCodeFlag = False,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
 ) -> None:
     """Plant a known-bad cluster, train and attribute; exit 0 when it is blamed first, 1 when it is not."""
     import contextlib
@@ -46,12 +50,14 @@ def inject(
     from gradian.checking.inject import plan_inject, run_inject
     from gradian.cli.app import invoked_command
     from gradian.cli.progress import stage_bars
+    from gradian.model.placement import resolve_placement
     from gradian.train import resolve_backend
 
+    resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read
     resolve_backend(backend)
     plan = plan_inject(base_model=base_model, dataset=dataset, poison=poison, eval_dataset=eval_dataset, out=out,
                        config_path=config, overrides=set_ or (), k=k, label=label, backend=backend,
-                       trust_remote_code=trust_remote_code)
+                       trust_remote_code=trust_remote_code, device=device, dtype=dtype)
     # Trainers print their log dicts to stdout; stdout is kept for the verdict, so scripts can read it.
     with stage_bars() as bars, contextlib.redirect_stdout(sys.stderr):
         outcome = run_inject(plan, say=lambda text: typer.echo(text, err=True), progress=bars,

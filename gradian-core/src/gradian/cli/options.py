@@ -18,6 +18,8 @@ RunOption = Annotated[Optional[Path], typer.Option("--run", help="Run directory 
 AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (runs code from the file; off by default).")]
 BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
 TrustRemoteCodeFlag = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own Python code to run (off by default).")]
+DeviceOption = Annotated[str, typer.Option("--device", help="Where the model runs: auto (this rank's GPU, cuda:$LOCAL_RANK, when CUDA is visible, else mps when it is available, else cpu), cpu, cuda, cuda:N or mps.")]
+DtypeOption = Annotated[str, typer.Option("--dtype", help="dtype of the base model's weights: auto (bfloat16 on CUDA, float16 on a GPU without bfloat16 and on mps, float32 on cpu), float32, bfloat16 or float16 (not on cpu). LoRA weights and gradients stay float32.")]
 
 
 def load_cli_config(config: Path | None, overrides: list[str] | None):

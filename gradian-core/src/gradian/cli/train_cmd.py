@@ -7,7 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from gradian.cli.options import BaseModelOption, ConfigOption, DatasetOption, SetOption, TrustRemoteCodeFlag
+from gradian.cli.options import (
+    BaseModelOption,
+    ConfigOption,
+    DatasetOption,
+    DeviceOption,
+    DtypeOption,
+    SetOption,
+    TrustRemoteCodeFlag,
+)
 
 
 def train(
@@ -19,14 +27,19 @@ def train(
     set_: SetOption = None,
     trust_remote_code: TrustRemoteCodeFlag = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace OUT/adapter and OUT/run from an earlier run.")] = False,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
 ) -> None:
     """Fine-tune a LoRA adapter on a dataset (Gradian trains only to check itself: verify and inject)."""
     from gradian.cli.options import load_cli_config
+    from gradian.model.placement import resolve_placement
     from gradian.train import make_job, resolve_backend, run_training
 
+    placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing
     cfg = load_cli_config(config, set_)
     resolve_backend(backend)  # unknown, missing or unavailable backends fail before any loading
-    job = make_job(base_model, dataset, out, cfg, trust_remote_code=trust_remote_code)
+    job = make_job(base_model, dataset, out, cfg, trust_remote_code=trust_remote_code, device=placement.device,
+                   dtype=placement.dtype)
     result = run_training(job, backend, overwrite=overwrite)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)

@@ -13,6 +13,8 @@ from gradian.cli.options import (
     BaseModelOption,
     ConfigOption,
     DatasetOption,
+    DeviceOption,
+    DtypeOption,
     EvalDatasetOption,
     SetOption,
     TrustRemoteCodeFlag,
@@ -41,6 +43,8 @@ def verify(
     backend: BackendOption = "hf",
     retrain_full: RetrainFullFlag = False,
     trust_remote_code: TrustRemoteCodeFlag = False,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
 ) -> None:
     """Check an attribution by retraining without the accused cluster: how much of the lost capability comes back."""
     import contextlib
@@ -48,13 +52,15 @@ def verify(
 
     from gradian.checking.verify import plan_verify, run_verify
     from gradian.cli.app import invoked_command
+    from gradian.model.placement import resolve_placement
     from gradian.train import resolve_backend
 
+    resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read
     resolve_backend(backend)  # an unknown or missing backend fails before anything is read or trained
     plan = plan_verify(out=out, report_dir=report, drop_file=drop, cluster=cluster, base_model=base_model,
                        adapter=adapter, dataset=dataset, eval_dataset=eval_dataset, config_path=config,
                        overrides=set_ or (), controls=controls, backend=backend, retrain_full=retrain_full,
-                       trust_remote_code=trust_remote_code)
+                       trust_remote_code=trust_remote_code, device=device, dtype=dtype)
     # Trainers print their log dicts to stdout; stdout is kept for the verdict, so scripts can read it.
     with contextlib.redirect_stdout(sys.stderr):
         outcome = run_verify(plan, say=lambda text: typer.echo(text, err=True), command=invoked_command())

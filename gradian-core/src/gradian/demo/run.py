@@ -24,6 +24,7 @@ from typing import Any
 from gradian.config import GradianConfig, build_config
 from gradian.demo.scenarios import Scenario, ScenarioFiles, make_scenario
 from gradian.errors import ConfigError
+from gradian.model.placement import Placement, resolve_placement
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 BACKEND = "hf"
@@ -139,17 +140,19 @@ def default_workdir(scenario: str, seed: int) -> Path:
 
 def run_demo(*, scenario: str = "fact", seed: int = 0, base_model: str = DEFAULT_BASE_MODEL,
              workdir: Path | None = None, fresh: bool = False, config: GradianConfig | None = None,
-             progress: ProgressFactory | None = None, echo: Echo = print) -> DemoResult:
+             progress: ProgressFactory | None = None, echo: Echo = print, device: str = "auto",
+             dtype: str = "auto") -> DemoResult:
     """Generate a scenario, train on it, diagnose the run, attribute the regression, and check the verdict."""
+    placement = resolve_placement(device, dtype)  # before the work dir is touched
     paths = DemoPaths(Path(workdir) if workdir is not None else default_workdir(scenario, seed))
     if fresh and paths.root.exists():
         _remove_workdir(paths.root)
     with quiet_libraries():
-        return _run(paths, scenario, seed, base_model, config, progress, echo)
+        return _run(paths, scenario, seed, base_model, config, progress, echo, placement)
 
 
 def _run(paths: DemoPaths, scenario: str, seed: int, base_model: str, config: GradianConfig | None,
-         progress: ProgressFactory | None, echo: Echo) -> DemoResult:
+         progress: ProgressFactory | None, echo: Echo, placement: Placement) -> DemoResult:
     timings: dict[str, float] = {}
     reused: list[str] = []
     started = time.perf_counter()
@@ -167,14 +170,14 @@ def _run(paths: DemoPaths, scenario: str, seed: int, base_model: str, config: Gr
         resolve_base_model(base_model)  # the embedded model's first conversion happens here, with its own bar
 
     with _timed(timings, "train"):
-        if _train(paths, files, cfg, base_model, progress, echo):
+        if _train(paths, files, cfg, base_model, progress, echo, placement):
             reused.append("train")
 
     with _timed(timings, "diagnose"):
         summary = _diagnose(paths, files, cfg, base_model, echo)
 
     with _timed(timings, "attribute"):
-        report, attribution_timings, cached = _attribute(paths, files, cfg, base_model, progress)
+        report, attribution_timings, cached = _attribute(paths, files, cfg, base_model, progress, placement)
         if cached:
             reused.append("attribute")
     timings["total"] = round(time.perf_counter() - started, 3)
@@ -251,18 +254,19 @@ def _write_key(path: Path, key: dict[str, Any]) -> None:
     temp.replace(path)
 
 
-def training_key(base_model: str, files: ScenarioFiles, config: GradianConfig) -> dict[str, Any]:
-    """What decides the adapter: base model, backend, training data bytes, train config."""
+def training_key(base_model: str, files: ScenarioFiles, config: GradianConfig,
+                 placement: Placement | None = None) -> dict[str, Any]:
+    """What decides the adapter: base model, backend, training data bytes, train config, device type and dtype."""
     return {"base_model": base_model, "backend": BACKEND, "train_sha256": _sha256(files.train),
-            "train_config": config.section_hash("train")}
+            "train_config": config.section_hash("train"), "compute": (placement or resolve_placement()).to_dict()}
 
 
 def _train(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
-           progress: ProgressFactory | None, echo: Echo) -> bool:
+           progress: ProgressFactory | None, echo: Echo, placement: Placement) -> bool:
     """Train unless a matching adapter is there; True when it was reused."""
     from gradian.training.output import ADAPTER_DIR, ADAPTER_FILES, RUN_DIR
 
-    key = training_key(base_model, files, config)
+    key = training_key(base_model, files, config, placement)
     key_path = paths.train / TRAIN_KEY
     adapter = paths.train / ADAPTER_DIR
     if _key_matches(key_path, key) and all((adapter / name).is_file() for name in ADAPTER_FILES) \
@@ -272,7 +276,7 @@ def _train(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_m
     from gradian.train import make_job, run_training
 
     key_path.unlink(missing_ok=True)
-    job = make_job(base_model, files.train, paths.train, config)
+    job = make_job(base_model, files.train, paths.train, config, device=placement.device, dtype=placement.dtype)
     with trainer_progress(progress("train") if progress is not None else None):
         result = run_training(job, BACKEND, overwrite=True)
     _write_key(key_path, key)
@@ -332,18 +336,20 @@ def _diagnose(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, bas
     return summary
 
 
-def report_key(base_model: str, files: ScenarioFiles, adapter: Path, config: GradianConfig) -> dict[str, Any]:
-    """What decides the attribution report: base model, adapter weights, data, eval set, config."""
+def report_key(base_model: str, files: ScenarioFiles, adapter: Path, config: GradianConfig,
+               placement: Placement | None = None) -> dict[str, Any]:
+    """What decides the attribution report: base model, adapter weights, data, eval set, config, device and dtype."""
     return {"base_model": base_model, "adapter_sha256": _sha256(adapter / "adapter_model.safetensors"),
             "train_sha256": _sha256(files.train), "eval_sha256": _sha256(files.eval),
-            "config": config.section_hash("grads", "evaluation", "attribution")}
+            "config": config.section_hash("grads", "evaluation", "attribution"),
+            "compute": (placement or resolve_placement()).to_dict()}
 
 
 def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
-               progress: ProgressFactory | None) -> tuple[dict[str, Any], dict[str, float], bool]:
+               progress: ProgressFactory | None, placement: Placement) -> tuple[dict[str, Any], dict[str, float], bool]:
     """Attribute the regression, or reuse the report of an identical earlier run; True when reused."""
     adapter = paths.train / "adapter"
-    key = report_key(base_model, files, adapter, config)
+    key = report_key(base_model, files, adapter, config, placement)
     key_path = paths.report / REPORT_KEY
     report_json = paths.report / "report.json"
     if _key_matches(key_path, key) and report_json.is_file():
@@ -360,7 +366,7 @@ def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, ba
                "--index", str(paths.index), "--config", str(config_path), "--out", str(paths.report)]
     outcome = attribute(base_model=base_model, adapter=adapter, dataset=files.train, out=paths.report,
                         eval_dataset=files.eval, run=paths.train / "run", config=config, index_dir=paths.index,
-                        progress=progress, command=command)
+                        progress=progress, command=command, device=placement.device, dtype=placement.dtype)
     _write_key(key_path, key)
     return outcome.report, dict(outcome.timings), False
 

@@ -127,6 +127,8 @@ def make_plan(loaded: Any, capture: Any, config: Any, examples: Sequence[Any], i
         "format_version": FORMAT_VERSION,
         "checkpoint": {"adapter_sha256": loaded.adapter_hash},
         "base_model": {"sha256": loaded.base_model_hash},
+        # bfloat16 and float32 bases (and CPU and GPU kernels) give slightly different gradients: another index.
+        "compute": loaded.compute(),
         "dataset": {"num_examples": len(examples), "ids_sha256": ids_sha, "encoded_sha256": encoded_sha},
         "grads": {
             "dim": int(capture.dim),

@@ -16,12 +16,12 @@ from typing import Any
 
 from gradian.errors import ModelError
 from gradian.model import embedded
+from gradian.model.quantized import refuse_quantized_base
 
 # Gradian never downloads anything. peft asks the hub whether a base model's config exists when it reads or saves
 # adapter state (it reads this variable at call time), which off-line means a DNS failure and a warning per call.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-DTYPES = ("float32", "float16", "bfloat16")
 # Hugging Face repo ids: "name" or "namespace/name" of letters, digits, "-", "_" and ".".
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")
 _NAME_HINT = (
@@ -99,24 +99,24 @@ def load_base_model(
     trust_remote_code: bool = False,
     device: str = "cpu",
 ) -> tuple[Any, Any]:
-    """The base model (eval mode, on ``device``) and its tokenizer."""
-    import torch
+    """The base model (eval mode, on ``device``, in ``dtype``; either may be ``auto``) and its tokenizer."""
     from transformers import AutoModelForCausalLM
 
-    if dtype not in DTYPES:
-        raise ModelError(f"unknown dtype {dtype!r}", f"use one of {', '.join(DTYPES)}")
-    target = _torch_device(device)
+    from gradian.model.placement import resolve_placement
+
+    placement = resolve_placement(device, dtype)  # a bad device or dtype fails before the model is read
     path = resolve_base_model(name)
+    refuse_quantized_base(path, os.fspath(name))  # a 4-bit checkpoint: name the unquantized base instead
     tokenizer = _load_tokenizer_from(path, trust_remote_code=trust_remote_code)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=getattr(torch, dtype), local_files_only=True, trust_remote_code=trust_remote_code
+            path, dtype=placement.torch_dtype, local_files_only=True, trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError, KeyError, ImportError) as error:
         raise _load_error("model", path, error) from error
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id  # silences generate()'s warning
-    model.to(target)
+    model.to(placement.torch_device)
     model.eval()
     return model, tokenizer
 
@@ -143,26 +143,6 @@ def ensure_pad_token(tokenizer: Any, *, source: str = "the tokenizer") -> None:
         )
     tokenizer.pad_token = tokenizer.eos_token
     logger.info("%s has no pad token; padding with its eos token %r (in memory only)", source, tokenizer.eos_token)
-
-
-def _torch_device(device: str) -> Any:
-    """A torch.device that exists on this machine; ModelError otherwise."""
-    import torch
-
-    try:
-        target = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise ModelError(f"unknown device {device!r}", "use cpu, cuda, cuda:N or mps") from error
-    if target.type == "cuda" and not torch.cuda.is_available():
-        raise ModelError(f"device {device!r} was asked for but no CUDA GPU is visible",
-                         "use cpu; `gradian doctor` lists the visible devices")
-    if target.type == "cuda" and target.index is not None and target.index >= torch.cuda.device_count():
-        raise ModelError(f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA device(s) visible",
-                         "`gradian doctor` lists the visible devices")
-    if target.type == "mps" and not torch.backends.mps.is_available():
-        raise ModelError(f"device {device!r} was asked for but MPS is not available",
-                         "use cpu; `gradian doctor` lists the visible devices")
-    return target
 
 
 def _load_error(what: str, path: Path, error: BaseException) -> ModelError:

@@ -69,6 +69,9 @@ class LoadedModel:
     adapter_hash: str | None = None
     base_model_hash: str | None = None
     adapter_name: str | None = None
+    # The quantized checkpoint (QLoRA, unsloth -bnb-4bit) adapter_config.json says the adapter was trained on, when
+    # the base loaded here is another, unquantized one; the report says so.
+    quantized_training_base: str | None = None
 
     def __post_init__(self) -> None:
         from gradian.model.lora_blocks import active_adapter_name, hookable_lora_parameters, lora_layers
@@ -100,9 +103,13 @@ class LoadedModel:
 
     @classmethod
     def load(cls, base_model: str | Path, adapter: str | Path | None, *, allow_pickle: bool = False,
-             trust_remote_code: bool = False, dtype: str = "float32", device: str = "cpu",
+             trust_remote_code: bool = False, dtype: str = "auto", device: str = "auto",
              adapter_name: str = "default") -> LoadedModel:
-        """Load a base model and a LoRA adapter directory (safetensors; a pickle only with allow_pickle)."""
+        """Load a base model (on ``device``, in ``dtype``; see resolve_placement) and a LoRA adapter directory.
+
+        The adapter is safetensors (a pickle only with allow_pickle); its LoRA weights are float32 whatever the
+        base dtype, so the captured gradients are too.
+        """
         from gradian.model.adapter_dir import (
             adapter_files_hash,
             adapter_weight_shapes,
@@ -110,17 +117,24 @@ class LoadedModel:
             inspect_adapter_dir,
         )
         from gradian.model.base import load_base_model
+        from gradian.model.placement import resolve_placement
+        from gradian.model.quantized import QuantizedBaseError, quantized_training_base
 
         check_unsloth_absent()
+        placement = resolve_placement(device, dtype)  # before any file is read: a bad --device fails fast
         files = inspect_adapter_dir(require_adapter(adapter), allow_pickle=allow_pickle)
         shapes = adapter_weight_shapes(files)
-        base, tokenizer = load_base_model(str(base_model), dtype=dtype, trust_remote_code=trust_remote_code,
-                                          device=device)
+        try:
+            base, tokenizer = load_base_model(str(base_model), dtype=placement.dtype,
+                                              trust_remote_code=trust_remote_code, device=placement.device)
+        except QuantizedBaseError as error:  # the adapter's own record of its base sharpens the advice
+            raise error.naming_adapter_base(files.trained_on) from None
         check_adapter_fits(base, shapes, files, str(base_model))
         base_hash = base_model_fingerprint(base)
         peft_model = _attach_adapter(base, files, adapter_name)
         return cls(model=peft_model, tokenizer=tokenizer, base_model_name=str(base_model), adapter_dir=files.directory,
-                   adapter_hash=adapter_files_hash(files), base_model_hash=base_hash, adapter_name=adapter_name)
+                   adapter_hash=adapter_files_hash(files), base_model_hash=base_hash, adapter_name=adapter_name,
+                   quantized_training_base=quantized_training_base(files.trained_on, str(base_model)))
 
     @property
     def causal_lm(self) -> Any:
@@ -132,6 +146,14 @@ class LoadedModel:
     def device(self) -> Any:
         """Device of the model's first parameter."""
         return next(self.model.parameters()).device
+
+    def compute(self) -> dict[str, str]:
+        """Where the gradients are computed: device type, the base weights' dtype and the LoRA weights' dtype."""
+        from gradian.model.lora_blocks import hookable_lora_parameters
+
+        lora = {str(p.dtype).removeprefix("torch.") for p in hookable_lora_parameters(self.model, self.adapter_name)}
+        return {"device_type": self.device.type, "base_dtype": _base_dtype(self.causal_lm),
+                "lora_dtype": "/".join(sorted(lora))}
 
     def blocks(self, module_filter: str | None = None) -> list[LoraBlock]:
         """The LoRA blocks of this model's adapter matching module_filter (see gradian.model.lora_blocks)."""
@@ -154,6 +176,7 @@ def _attach_adapter(base: Any, files: Any, adapter_name: str) -> Any:
         model = PeftModel.from_pretrained(base, str(files.directory), adapter_name=adapter_name, is_trainable=True)
     except (ValueError, RuntimeError, KeyError, TypeError) as exc:
         raise _adapter_load_error(exc, files) from exc
+    lora_to_float32(model, adapter_name)
     # Prove the file's LoRA tensors landed in the model, rather than trusting peft's missing-key warning.
     loaded = get_peft_model_state_dict(model, adapter_name=adapter_name, save_embedding_layers=False)
     for key, tensor in read_adapter_tensors(files).items():
@@ -168,6 +191,32 @@ def _attach_adapter(base: Any, files: Any, adapter_name: str) -> Any:
             raise ModelError(f"adapter tensor {key} did not load into the model unchanged",
                              "re-save the adapter with peft's save_pretrained and report this with gradian doctor output")
     return model
+
+
+def lora_to_float32(model: Any, adapter_name: str) -> None:
+    """Make the adapter's LoRA A/B weights float32 in place (peft's autocast_adapter_dtype does this by default).
+
+    peft casts a LoRA layer's input to lora_A's dtype, so float32 weights mean the gradient hooks see float32
+    activations and per-example gradients keep float32 precision under a bfloat16 or float16 base.
+    """
+    import torch
+
+    from gradian.model.lora_blocks import lora_layers
+
+    for _, layer in lora_layers(model):
+        for holder in (layer.lora_A, layer.lora_B):
+            module = holder[adapter_name] if adapter_name in holder else None
+            if module is not None and module.weight.dtype != torch.float32:
+                module.to(torch.float32)
+
+
+def _base_dtype(causal_lm: Any) -> str:
+    """The dtype of the base model's weights (its input embedding's, which LoRA never wraps)."""
+    embeddings = causal_lm.get_input_embeddings() if callable(getattr(causal_lm, "get_input_embeddings", None)) else None
+    weight = getattr(embeddings, "weight", None)
+    if weight is None:
+        weight = next(p for n, p in causal_lm.named_parameters() if ".lora_" not in n)
+    return str(weight.dtype).removeprefix("torch.")
 
 
 def _same_values(saved: Any, live: Any) -> bool:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gradian.errors import ConfigError
+from gradian.errors import ConfigError, DeviceError
+
+if TYPE_CHECKING:
+    from gradian.model.placement import Placement
 
 
 def planned_steps(n_examples: int, train: Any) -> int:
@@ -23,17 +27,27 @@ def warmup_steps(total_steps: int, warmup_ratio: float) -> int:
     return math.ceil(total_steps * warmup_ratio)
 
 
-def cuda_available() -> bool:
-    """Whether training will run on a CUDA device."""
-    import torch
+def check_training_placement(placement: Placement) -> None:
+    """Refuse a GPU the Trainer cannot be pointed at: it trains on this process's first visible GPU (its rank's)."""
+    if placement.device_type != "cuda":
+        return
+    rank = os.environ.get("LOCAL_RANK", "").strip() or "0"
+    wanted = placement.device.split(":", 1)[1]
+    if wanted != rank:
+        raise DeviceError(f"training runs on cuda:{rank}, the Trainer's device in this process, not on {placement.device}",
+                          f"choose the GPU with CUDA_VISIBLE_DEVICES={wanted} and pass --device cuda")
 
-    return torch.cuda.is_available()
 
+def trainer_arguments(train: Any, run_dir: Path, n_examples: int, placement: Placement | None = None) -> dict[str, Any]:
+    """Keyword arguments of transformers.TrainingArguments (and trl's SFTConfig) for a gradian run on ``placement``."""
+    from gradian.model.placement import resolve_placement
 
-def trainer_arguments(train: Any, run_dir: Path, n_examples: int) -> dict[str, Any]:
-    """Keyword arguments of transformers.TrainingArguments (and trl's SFTConfig) for a gradian run."""
+    placement = placement or resolve_placement()
     total = planned_steps(n_examples, train)
-    on_cpu = not cuda_available()
+    on_cpu = placement.device_type == "cpu"
+    # Mixed precision only on CUDA, matching the base dtype (fp16 needs its loss scaler there); on the CPU and MPS the
+    # base weights already carry the dtype and the float32 LoRA path needs no autocast.
+    on_cuda = placement.device_type == "cuda"
     return {
         "output_dir": str(run_dir),
         "per_device_train_batch_size": train.batch_size,
@@ -59,9 +73,9 @@ def trainer_arguments(train: Any, run_dir: Path, n_examples: int) -> dict[str, A
         # Deterministic algorithms on CPU give byte-identical adapters; on CUDA some kernels have no deterministic
         # variant and would raise, so there the seed alone applies.
         "full_determinism": on_cpu,
-        "use_cpu": on_cpu,
-        "bf16": False,
-        "fp16": False,
+        "use_cpu": on_cpu,  # also keeps a machine's GPU or MPS out of a --device cpu run
+        "bf16": on_cuda and placement.dtype == "bfloat16",
+        "fp16": on_cuda and placement.dtype == "float16",
         _checkpointing_key(): False,  # trl's SFTConfig turns it on by default; LoRA on small models needs no recompute
         "dataloader_num_workers": 0,
         "remove_unused_columns": False,

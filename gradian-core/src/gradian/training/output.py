@@ -150,6 +150,8 @@ def write_job_files(run_dir: Path, job: Any, backend: str, notes: Sequence[str])
         "extra_datasets": [str(Path(p).resolve()) for p in job.extra_datasets],
         "drop_ids": sorted(job.drop_ids),
         "trust_remote_code": job.trust_remote_code,
+        "device": job.device,
+        "dtype": job.dtype,
         "notes": list(notes),
     }
     (run_dir / JOB_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
