@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "gradian.cli.train_cmd",
     "gradian.cli.index_cmd",
     "gradian.cli.show_index_cmd",
+    "gradian.cli.cache_cmd",
     "gradian.cli.diagnose_cmd",
     "gradian.cli.verify_cmd",
     "gradian.cli.inject_cmd",
