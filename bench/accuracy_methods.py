@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-CHUNK = 64  # index rows per read: exact gradients of SmolLM2 are ~10 MB a row
+CHUNK = 64  # index rows per read in the baselines' own passes: exact gradients of SmolLM2 are ~10 MB a row
 _TRAIN_STATES: dict[Path, np.ndarray] = {}  # pooled hidden states of a case's training rows, by run dir
 
 
@@ -104,7 +104,8 @@ def preconditioner(case: Case, kind: str) -> Any:
 
     attribution = dataclasses.replace(case.config.attribution, preconditioner=kind)
     adam = adam_second_moment(case.run_dir, case.capture) if kind == "adam" else None
-    return from_config(attribution, index_statistics(case.index), adam_exp_avg_sq=adam)
+    return from_config(attribution, index_statistics(case.index, kind, chunk_bytes=attribution.chunk_bytes),
+                       adam_exp_avg_sq=adam)
 
 
 def index_blame(case: Case, queries: np.ndarray, pre: Any, *, normalize: bool = False,
@@ -113,7 +114,7 @@ def index_blame(case: Case, queries: np.ndarray, pre: Any, *, normalize: bool = 
     from gradian.attribution.scoring import score_examples
 
     scores = score_examples(case.index, queries, preconditioner=pre, normalize=normalize, aggregation=aggregation,
-                            top_k=20, chunk_size=CHUNK)
+                            top_k=20, chunk_bytes=case.config.attribution.chunk_bytes)
     return np.asarray(scores.blame, dtype=np.float64)
 
 
@@ -278,7 +279,7 @@ def cluster_methods(case: Case, blame: np.ndarray, planted_rows: Sequence[int], 
     from gradian.attribution.clusters import auto_clusters, cluster_blame, clusters_from_field
 
     assignments = {"auto (k-means on gradients)": auto_clusters(case.index, seed=case.config.attribution.seed,
-                                                               chunk_size=CHUNK)}
+                                                               chunk_bytes=case.config.attribution.chunk_bytes)}
     if field:
         assignments[f"field `{field}`"] = clusters_from_field(case.examples, field, ids=case.index.ids)
     planted = np.zeros(len(blame), dtype=bool)

@@ -132,8 +132,8 @@ def test_automatic_clustering_is_deterministic_and_finds_separated_groups():
     # Different sizes along one direction must not split it: clustering is on unit-normalized sketches.
     train = directions[truth] * rng.uniform(0.2, 5.0, size=(90, 1)) + 0.05 * rng.normal(size=(90, 300))
     source = ArraySource(train.astype(np.float32))
-    first = auto_clusters(source, num_clusters=3, seed=11, chunk_size=7)
-    again = auto_clusters(source, num_clusters=3, seed=11, chunk_size=64)
+    first = auto_clusters(source, num_clusters=3, seed=11, chunk_bytes=7 * 300 * 4)  # 7 float32 rows a chunk
+    again = auto_clusters(source, num_clusters=3, seed=11, chunk_bytes=64 * 300 * 4)
     np.testing.assert_array_equal(first.labels, again.labels)
     assert first.names == ("auto-00", "auto-01", "auto-02") and first.method == "auto"
     np.testing.assert_array_equal(first.labels, truth)  # named by first member: group 0 is auto-00
@@ -159,9 +159,9 @@ def test_automatic_clustering_default_k_and_config_route():
 def test_sketch_is_linear_streamed_and_passes_narrow_rows_through():
     rng = np.random.default_rng(6)
     wide = rng.normal(size=(20, 500))
-    a = sketch_rows(ArraySource(wide), seed=3, chunk_size=6)
-    b = sketch_rows(ArraySource(wide), seed=3, chunk_size=20)
-    np.testing.assert_allclose(a, b)
+    a = sketch_rows(ArraySource(wide), seed=3, chunk_bytes=6 * 500 * 4)  # 6 rows a chunk
+    b = sketch_rows(ArraySource(wide), seed=3, chunk_bytes=20 * 500 * 4)
+    np.testing.assert_array_equal(a, b)  # bit for bit: verify recomputes clusters under any budget
     doubled = sketch_rows(ArraySource(2 * wide), seed=3)
     np.testing.assert_allclose(doubled, 2 * a)
     # Feature hashing preserves norms on average.

@@ -23,6 +23,11 @@ def _data(n: int = 57, dim: int = 16, items: int = 4, seed: int = 0) -> tuple[np
     return rng.normal(size=(n, dim)), rng.normal(size=(items, dim))
 
 
+def _bytes(rows: int, dim: int = 16) -> int:
+    """The chunk budget that holds ``rows`` float32 rows of width ``dim``."""
+    return rows * dim * 4
+
+
 def _dense(train: np.ndarray, pq: np.ndarray, *, normalize: bool, aggregation: str) -> tuple[np.ndarray, np.ndarray]:
     """The whole items x examples matrix at once: the reference the streamed path must reproduce."""
     rows = train / np.linalg.norm(train, axis=1, keepdims=True) if normalize else train
@@ -39,9 +44,9 @@ def test_chunked_scoring_equals_dense_for_every_chunk_size(aggregation, normaliz
     train, queries = _data()
     expected, blame = _dense(train, queries, normalize=normalize, aggregation=aggregation)
     order = np.lexsort((np.arange(train.shape[0]), -expected))
-    for chunk_size in (1, 5, 16, 57, 1000):
+    for rows in (1, 5, 16, 57, 1000):
         scores = score_examples(ArraySource(train), queries, normalize=normalize, aggregation=aggregation,
-                                top_k=10, chunk_size=chunk_size)
+                                top_k=10, chunk_bytes=_bytes(rows))
         np.testing.assert_allclose(scores.blame, expected, rtol=1e-9, atol=1e-12)
         np.testing.assert_array_equal(scores.top_positions, order[:10])  # exact top-k, not approximate
         np.testing.assert_allclose(scores.top_item_blame, blame[order[:10]], rtol=1e-9, atol=1e-12)
@@ -50,21 +55,34 @@ def test_chunked_scoring_equals_dense_for_every_chunk_size(aggregation, normaliz
 
 def test_float32_index_scores_match_float64_closely():
     train, queries = _data(n=200, dim=64)
-    exact = score_examples(ArraySource(train), queries, chunk_size=32)
-    single = score_examples(ArraySource(train.astype(np.float32)), queries.astype(np.float32), chunk_size=32)
+    exact = score_examples(ArraySource(train), queries, chunk_bytes=_bytes(32, 64))
+    single = score_examples(ArraySource(train.astype(np.float32)), queries.astype(np.float32), chunk_bytes=_bytes(32, 64))
     np.testing.assert_allclose(single.blame, exact.blame, atol=1e-4)
+
+
+def test_float32_rows_score_the_same_under_every_budget():
+    train, queries = _data(n=57, dim=3000)
+    rows = ArraySource(train.astype(np.float32))
+    whole = score_examples(rows, queries, chunk_bytes=1 << 30)
+    for chunk_rows in (1, 3, 5, 16):  # float32 sums differ around 1e-6 between the BLAS kernels of these shapes
+        chunked = score_examples(rows, queries, chunk_bytes=_bytes(chunk_rows, 3000))
+        np.testing.assert_allclose(chunked.blame, whole.blame, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(chunked.top_item_blame, whole.top_item_blame, rtol=0,
+                                   atol=1e-5 * np.abs(whole.top_item_blame).max())
+        np.testing.assert_array_equal(chunked.top_positions, whole.top_positions)
 
 
 def test_passes_stay_within_the_score_budget():
     train, queries = _data(n=40)
-    one_chunk = score_examples(ArraySource(train), queries, chunk_size=64)
+    one_chunk = score_examples(ArraySource(train), queries, chunk_bytes=_bytes(64))
     assert one_chunk.passes == 1  # everything fit one chunk's budget: no second read
-    streamed = score_examples(ArraySource(train), queries, chunk_size=8)
-    assert streamed.passes == 2
+    streamed = score_examples(ArraySource(train), queries, chunk_bytes=_bytes(8))
+    assert streamed.passes == 2  # 40 x 4 scores are more floats than 8 rows' bytes hold: the index is read twice
     np.testing.assert_allclose(streamed.blame, one_chunk.blame, rtol=1e-10)
     # rank_vote ranks whole columns: a budget of 80 floats holds 2 of 4 items' columns per pass, + 1 for top-k
-    grouped = score_examples(ArraySource(train), queries, aggregation="rank_vote", chunk_size=8, score_budget=80)
-    whole = score_examples(ArraySource(train), queries, aggregation="rank_vote", chunk_size=8, score_budget=10**6)
+    grouped = score_examples(ArraySource(train), queries, aggregation="rank_vote", chunk_bytes=_bytes(8), score_budget=80)
+    whole = score_examples(ArraySource(train), queries, aggregation="rank_vote", chunk_bytes=_bytes(8),
+                           score_budget=10**6)
     assert (grouped.passes, whole.passes) == (3, 1)
     np.testing.assert_allclose(grouped.blame, whole.blame)
     np.testing.assert_allclose(grouped.top_item_blame, whole.top_item_blame)
@@ -110,7 +128,7 @@ def test_zero_rows_and_zero_queries_never_give_nan():
     train, queries = _data(n=12, dim=6)
     train[[0, 5]] = 0.0
     for normalize in (True, False):
-        scores = score_examples(ArraySource(train), queries, normalize=normalize, chunk_size=4)
+        scores = score_examples(ArraySource(train), queries, normalize=normalize, chunk_bytes=_bytes(4, 6))
         assert np.all(np.isfinite(scores.blame)) and np.all(np.isfinite(scores.top_item_blame))
     cos = score_examples(ArraySource(train), queries, normalize=True, aggregation="rank_vote", top_k=12)
     zero_rows = np.isin(cos.top_positions, [0, 5])
@@ -139,7 +157,7 @@ def test_bad_index_rows_are_clear_errors():
     train, queries = _data(n=10, dim=4)
     train[7, 2] = np.nan
     with pytest.raises(GradientIndexError) as error:
-        score_examples(ArraySource(train, ids=[f"ex-{i}" for i in range(10)]), queries, chunk_size=3)
+        score_examples(ArraySource(train, ids=[f"ex-{i}" for i in range(10)]), queries, chunk_bytes=_bytes(3, 4))
     assert "ex-7" in error.value.message
     with pytest.raises(GradientIndexError) as width:
         score_examples(ArraySource(np.ones((3, 5))), queries)
@@ -158,14 +176,15 @@ def test_results_are_frozen():
 
 def test_leading_rows_reads_only_what_it_needs():
     train, _ = _data(n=30, dim=4)
-    np.testing.assert_allclose(leading_rows(ArraySource(train), 7, chunk_size=3), train[:7].astype(np.float32))
+    np.testing.assert_allclose(leading_rows(ArraySource(train), 7, chunk_bytes=_bytes(3, 4)), train[:7].astype(np.float32))
     assert leading_rows(ArraySource(train), 100).shape == (30, 4)
 
 
 def test_score_with_config_reads_the_attribution_section():
     train, queries = _data(n=30)
-    config = AttributionConfig(aggregation="rank_vote", normalize=True, top_k=4, chunk_size=7)
+    config = AttributionConfig(aggregation="rank_vote", normalize=True, top_k=4, chunk_mb=7 * 16 * 4 / 2**20)
     scores = score_with_config(ArraySource(train), queries, config)
-    direct = score_examples(ArraySource(train), queries, aggregation="rank_vote", normalize=True, top_k=4, chunk_size=7)
+    direct = score_examples(ArraySource(train), queries, aggregation="rank_vote", normalize=True, top_k=4,
+                            chunk_bytes=_bytes(7))
     assert (scores.aggregation, scores.normalize, scores.top_k) == ("rank_vote", True, 4)
     np.testing.assert_array_equal(scores.blame, direct.blame)

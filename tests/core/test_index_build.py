@@ -35,10 +35,13 @@ def make_examples(count: int = 10, *, reverse: bool = False):
 
 
 def make_config(**grads):
-    """A GradianConfig with small shards and batches (so shards and batches both have several members)."""
+    """A GradianConfig with small shards and batches (so shards and batches both have several members).
+
+    Rows are stored in float32 unless asked, so they compare with autograd to float32 rounding.
+    """
     from gradian.config import load_config
 
-    values = {"shard_size": 4, "batch_size": 3, **grads}
+    values = {"shard_size": 4, "batch_size": 3, "storage_dtype": "float32", **grads}
     return load_config(None, [f"grads.{key}={value}" for key, value in values.items()])
 
 
@@ -127,7 +130,7 @@ def test_smaller_dtypes_stay_close_and_keep_zero_rows_zero(loaded, tmp_path, dty
 def test_statistics_are_the_moments_of_the_stored_rows(loaded, tmp_path, reduction):
     index = build(loaded, tmp_path, loss_reduction=reduction)
     rows = index.rows_between(0, 10).astype(np.float64)
-    stats = index.stats()
+    stats = index.block_stats(chunk_bytes=3 * index.dim * 4)  # chunks of 3 rows: several span shards of 4
     assert stats.count == 10 and np.isfinite(rows).all()
     np.testing.assert_allclose(stats.second_moment(), (rows**2).mean(0), rtol=1e-10, atol=1e-30)
     for block in stats.blocks:
@@ -141,9 +144,68 @@ def test_projection_fixes_the_width_and_keeps_block_statistics(loaded, tmp_path)
     index = build(loaded, tmp_path, projection_dim=48)
     assert index.dim == 48 and index.manifest.projection["dim"] == 48
     assert all(b.width < b.shape[0] * b.shape[1] for b in index.blocks)
-    stats = index.stats()
+    stats = index.block_stats()
     assert stats.has_block_matrices()
     assert stats.block_second_moment(stats.blocks[0].name).shape == (stats.blocks[0].width,) * 2
+
+
+def test_the_build_keeps_no_block_matrices_and_diagonal_scoring_makes_none(loaded, tmp_path):
+    from gradian.attribution.api import index_statistics
+    from gradian.index.stats import moments_length
+
+    index = build(loaded, tmp_path)
+    assert all(block.has_matrix for block in index.manifest.stat_blocks)  # narrow enough, yet none is built
+    assert np.load(index.path / "stats.npy").shape == (moments_length(index.dim),)
+    for number in range(len(index.manifest.shards)):
+        assert np.load(index.path / f"stats-{number:05d}.npy").shape == (moments_length(index.dim),)
+    before = sorted(p.name for p in index.path.iterdir())
+    for kind in ("none", "diagonal", "adam"):
+        statistics = index_statistics(index, kind)
+        assert all(block.matrix is None for block in statistics.blocks)
+    assert sorted(p.name for p in index.path.iterdir()) == before  # no block statistics computed or cached
+
+
+def test_block_preconditioner_works_on_an_index_built_without_block_matrices(loaded, tmp_path):
+    from gradian.attribution.api import index_statistics
+    from gradian.attribution.preconditioners import fit_preconditioner
+
+    index = build(loaded, tmp_path)
+    rows = index.rows_between(0, 10).astype(np.float64)
+    statistics = index_statistics(index, "block", chunk_bytes=3 * index.dim * 4)  # one streamed pass, 4 chunks
+    for block in statistics.blocks:
+        part = rows[:, block.offset:block.offset + block.size]
+        np.testing.assert_allclose(block.matrix, part.T @ part / 10, rtol=1e-6, atol=1e-30)
+    pre = fit_preconditioner("block", statistics)
+    assert pre.kind == "block" and len(pre.block_inverses) == len(index.manifest.stat_blocks)
+    assert (index.path / "block-stats.npy").is_file()  # cached for the next run
+    cached = index_statistics(index, "block", chunk_bytes=index.dim * 4)  # another budget, same cached numbers
+    for fresh, again in zip(statistics.blocks, cached.blocks, strict=True):
+        np.testing.assert_array_equal(fresh.matrix, again.matrix)
+    (index.path / "block-stats.npy").write_bytes(b"damaged")  # a damaged cache is recomputed, never read
+    recomputed = index_statistics(index, "block", chunk_bytes=index.dim * 4)
+    for fresh, again in zip(statistics.blocks, recomputed.blocks, strict=True):
+        np.testing.assert_allclose(fresh.matrix, again.matrix, rtol=1e-6, atol=1e-30)
+
+
+def test_scoring_under_a_tiny_byte_budget_equals_scoring_in_one_chunk(loaded, tmp_path):
+    from gradian.attribution.clusters import sketch_rows
+    from gradian.attribution.scoring import leading_rows, score_examples
+
+    index = build(loaded, tmp_path)  # shards of 4, 4 and 2 rows
+    queries = np.random.default_rng(0).normal(size=(3, index.dim))
+    whole = score_examples(index, queries, top_k=5, chunk_bytes=1 << 30)
+    assert whole.passes == 1
+    scale = float(np.abs(whole.top_item_blame).max())
+    for rows in (1, 3, 4, 7):  # one row; chunks spanning shards; chunks on shard edges; several per shard
+        small = score_examples(index, queries, top_k=5, chunk_bytes=rows * index.dim * 4, score_budget=rows * 3)
+        assert small.passes == 2  # the scores did not fit the budget either: the index was read twice
+        # Float32 products: another chunk shape (another BLAS kernel) moves a score by float32 rounding only.
+        np.testing.assert_allclose(small.top_item_blame, whole.top_item_blame, rtol=0, atol=1e-5 * scale)
+        np.testing.assert_allclose(small.blame, whole.blame, rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(small.top_positions, whole.top_positions)
+        np.testing.assert_array_equal(sketch_rows(index, seed=1, chunk_bytes=rows * index.dim * 4),
+                                      sketch_rows(index, seed=1, chunk_bytes=1 << 30))
+        np.testing.assert_array_equal(leading_rows(index, 6, chunk_bytes=rows * index.dim * 4), index.rows_between(0, 6))
 
 
 def test_identical_rebuild_is_reused_and_a_reordered_dataset_is_not(loaded, tmp_path, monkeypatch):

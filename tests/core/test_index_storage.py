@@ -7,7 +7,16 @@ import pytest
 
 from gradian.errors import GradientIndexError
 from gradian.index.dtypes import decode_rows, encode_rows, unit_rows
-from gradian.index.stats import PreconditionerStats, StatsAccumulator, plan_stat_blocks, stats_length, sum_partials
+from gradian.index.stats import (
+    BlockMomentAccumulator,
+    PreconditionerStats,
+    StatsAccumulator,
+    legacy_block_vector,
+    moments_length,
+    plan_stat_blocks,
+    stats_length,
+    sum_partials,
+)
 
 
 def _rows(seed: int = 0, n: int = 16, dim: int = 40) -> np.ndarray:
@@ -57,23 +66,47 @@ def test_stats_accumulate_in_float64_and_sum_over_shards(tmp_path):
     assert [b.has_matrix for b in blocks] == [True, False]
     parts = []
     for number, chunk in enumerate((rows[:12], rows[12:24], rows[24:])):
-        acc = StatsAccumulator(40, blocks)
+        acc = StatsAccumulator(40)
         acc.add(chunk[:5])
         acc.add(chunk[5:])
         path = tmp_path / f"stats-{number}.npy"
         np.save(path, acc.to_vector())
         parts.append(path)
     total = sum_partials(parts, np.load)
-    assert total.shape == (stats_length(40, blocks),)
+    assert total.shape == (moments_length(40),)  # the build keeps no block matrices
     stats = PreconditionerStats.from_vector(total, 40, blocks)
-    assert stats.count == 30
+    assert stats.count == 30 and stats.matrices == {}
     np.testing.assert_allclose(stats.second_moment(), (rows**2).mean(0), rtol=1e-12)
     np.testing.assert_allclose(stats.mean(), rows.mean(0), rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(stats.block_second_moment("a"), rows[:, :10].T @ rows[:, :10] / 30, rtol=1e-12)
+    with pytest.raises(ValueError, match="block_stats"):
+        stats.block_second_moment("a")  # matrices come only from Index.block_stats
+    blocky = BlockMomentAccumulator(blocks)
+    for chunk in (rows[:7], rows[7:]):
+        blocky.add(chunk.astype(np.float32))
+    with_blocks = stats.with_block_vector(blocky.to_vector())
+    np.testing.assert_allclose(with_blocks.block_second_moment("a"), rows[:, :10].T @ rows[:, :10] / 30, rtol=1e-6)
     with pytest.raises(GradientIndexError) as refused:
-        stats.block_second_moment("b")
+        with_blocks.block_second_moment("b")
     assert "projection_dim" in refused.value.hint
-    assert not stats.has_block_matrices()
+    assert not with_blocks.has_block_matrices()
+    with pytest.raises(GradientIndexError, match="block statistics"):
+        stats.with_block_vector(BlockMomentAccumulator(blocks).to_vector())  # over 0 rows, not these 30
+
+
+def test_legacy_stats_with_block_matrices_still_read():
+    rows = _rows(n=12).astype(np.float64)
+    blocks = plan_stat_blocks([("a", 0, 10), ("b", 10, 30)], max_width=16)
+    moments, matrices = StatsAccumulator(40), BlockMomentAccumulator(blocks)
+    moments.add(rows)
+    matrices.add(rows)
+    # What indexes built before block matrices were made on demand hold: [count, sum, sum_sq, matrices...].
+    legacy = np.concatenate([moments.to_vector(), matrices.to_vector()[1:]])
+    assert legacy.shape == (stats_length(40, blocks),)
+    stats = PreconditionerStats.from_vector(legacy, 40, blocks)
+    np.testing.assert_array_equal(stats.sum_sq, moments.sum_sq)
+    assert stats.matrices == {} and legacy_block_vector(moments.to_vector(), 40) is None
+    restored = stats.with_block_vector(legacy_block_vector(legacy, 40))
+    np.testing.assert_array_equal(restored.block_second_moment("a"), matrices.matrices["a"] / 12)
 
 
 def test_stats_vector_of_the_wrong_length_is_a_damaged_index():

@@ -17,9 +17,9 @@ ALL_LORA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 
 
 def _opt(default: Any, help: str, *, choices: tuple[Any, ...] | None = None, min: float | None = None,
-         max: float | None = None, exclusive_min: bool = False) -> Any:
-    """A config field with its help text and the values it allows."""
-    meta = {"help": help, "choices": choices, "min": min, "max": max, "exclusive_min": exclusive_min}
+         max: float | None = None, exclusive_min: bool = False, words: tuple[str, ...] = ()) -> Any:
+    """A config field with its help text and the values it allows (``words``: strings a number field also takes)."""
+    meta = {"help": help, "choices": choices, "min": min, "max": max, "exclusive_min": exclusive_min, "words": words}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -32,8 +32,11 @@ class GradsConfig:
     batch_size: int = _opt(8, "examples per forward/backward when indexing", min=1)
     max_seq_length: int = _opt(1024, "tokens per example; longer examples are truncated", min=1)
     module_filter: str | None = _opt(None, "regex over full module names, e.g. 'down_proj' or 'layers\\.1[0-5]\\.'")
-    storage_dtype: str = _opt("float32", "dtype of stored gradients", choices=("float32", "float16", "bfloat16"))
-    projection_dim: int | None = _opt(None, "stored width per example; null stores exact LoRA gradients", min=1)
+    # float16 halves the index at no measured cost (bench/projection.py); bfloat16 where float16 overflows.
+    storage_dtype: str = _opt("float16", "dtype of stored gradients", choices=("float32", "float16", "bfloat16"))
+    projection_dim: int | str | None = _opt(
+        "auto", "stored width per example: auto (exact when small, else a sketch near 262,144 numbers whose widths "
+        "follow each LoRA matrix's size), null (exact LoRA gradients) or a fixed width", min=1, words=("auto",))
     loss_reduction: str = _opt("sum", "per-example loss over supervised tokens", choices=("mean", "sum"))
     shard_size: int = _opt(256, "examples per index shard", min=1)
     codec: str = _opt("npy", "storage codec for index shards")
@@ -64,13 +67,19 @@ class AttributionConfig:
     normalize: bool = _opt(False, "unit-normalize train gradients (cosine scoring)")
     aggregation: str = _opt("mean", "how regressed items' scores combine", choices=("mean", "rank_vote"))
     top_k: int = _opt(20, "examples listed in the report", min=1)
-    chunk_size: int = _opt(1024, "index rows scored per chunk", min=1)
+    chunk_mb: float = _opt(256.0, "MiB of index rows decoded to float32 at a time (scoring, clusters, block stats); "
+                           "peak memory is about twice this", min=0.0, exclusive_min=True)
     cluster_field: str | None = _opt(None, "dataset field naming each example's cluster (e.g. source)")
     num_clusters: int | None = _opt(None, "automatic clusters; null picks about sqrt(n/2)", min=2)
     permutations: int = _opt(1000, "random clusters per permutation test", min=10)
     fallback_examples: int = _opt(8, "training examples used as the target without an eval set", min=1)
     span_examples: int = _opt(5, "top examples drilled into by span", min=0)
     seed: int = _opt(0, "seed of permutations and clustering", min=0)
+
+    @property
+    def chunk_bytes(self) -> int:
+        """``chunk_mb`` in bytes (at least one)."""
+        return max(1, int(self.chunk_mb * (1 << 20)))
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,10 @@ def allowed_values(f: dataclasses.Field, hint: Any) -> str:
         return "one of " + ", ".join(str(c) for c in meta["choices"])
     lo, hi = meta.get("min"), meta.get("max")
     kind = _type_name(hint)
+    if meta.get("words"):  # "an integer >= 1, auto or null"
+        number = _type_name(next(a for a in typing.get_args(hint) if a is not type(None)))
+        others = ", ".join(meta["words"]) + (" or null" if _is_optional(hint) else "")
+        return f"{number} {'>' if meta.get('exclusive_min') else '>='} {lo}, {others}" if lo is not None else f"{number}, {others}"
     if lo is not None and hi is not None:
         return f"{kind} in [{lo}, {hi}]"
     if lo is not None:
@@ -206,6 +219,8 @@ def _coerce(key: str, value: Any, f: dataclasses.Field, hint: Any) -> Any:
         if value is None:
             return None
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if isinstance(value, str) and value in f.metadata.get("words", ()):
+        return value
     ok = True
     if hint is bool:
         ok = isinstance(value, bool)
@@ -236,9 +251,15 @@ def _coerce(key: str, value: Any, f: dataclasses.Field, hint: Any) -> Any:
     return value
 
 
+# Keys that were replaced: an old config file is pointed at the new key instead of at a look-alike.
+_REPLACED = {"attribution.chunk_size": "attribution.chunk_mb (a memory budget in MiB, not a row count)"}
+
+
 def _unknown(key: str, known: list[str]) -> ConfigError:
     import difflib
 
+    if key in _REPLACED:
+        return ConfigError(f"config key {key} no longer exists", f"use {_REPLACED[key]}")
     close = difflib.get_close_matches(key.rsplit(".", 1)[-1], [k.rsplit(".", 1)[-1] for k in known], n=1)
     suggestion = next((k for k in known if close and k.endswith("." + close[0])), None)
     hint = f"did you mean {suggestion}?" if suggestion else "known keys: " + ", ".join(known[:12]) + ", ..."

@@ -4,7 +4,9 @@ Automatic clustering (when no ``attribution.cluster_field`` is set), determinist
 
 1. Sketch: each stored gradient row is hashed to ``sketch_dim`` (64) coordinates with signed feature hashing
    (every stored coordinate goes to one seeded bucket with a seeded random sign; Weinberger et al. 2009), streamed
-   chunk by chunk. Rows no wider than the sketch are used as they are.
+   ``chunk_bytes`` of rows at a time; only the [n, sketch_dim] sketch is held, never the rows. Rows no wider than
+   the sketch are used as they are. The sketch does not depend on the chunk size, bit for bit, so `gradian verify`
+   recomputes the same clusters under any memory budget.
 2. Each sketch is scaled to unit length, so clusters group gradient directions rather than gradient sizes
    (long examples have large gradients; size is not what a "kind of example" is).
 3. k-means with k-means++ seeding and Lloyd iterations until no assignment changes (at most 100), with
@@ -33,10 +35,14 @@ import numpy as np
 from gradian.attribution.results import ACCUSE_ALPHA, ClusterAssignment, ClusterResult, ClusterScore
 from gradian.attribution.scoring import ChunkSource
 from gradian.errors import DatasetError, GradientIndexError
+from gradian.index.store import DEFAULT_CHUNK_BYTES, rows_per_chunk
 
 DEFAULT_SKETCH_DIM = 64
 MAX_KMEANS_ITERATIONS = 100
 _DISTANCE_BATCH = 4096  # rows per distance block, so n x k distances are never held at once
+# Rows hashed at once within a chunk: hashing permutes and signs a copy of its rows, which must stay small
+# next to the chunk itself.
+_HASH_SLAB_BYTES = 16 << 20
 
 
 def assign_clusters(config: Any, examples: Sequence[Any] | None, source: ChunkSource) -> ClusterAssignment:
@@ -45,7 +51,7 @@ def assign_clusters(config: Any, examples: Sequence[Any] | None, source: ChunkSo
         if examples is None:
             raise ValueError("clustering by a dataset field needs the training examples")
         return clusters_from_field(examples, config.cluster_field, ids=source.ids)
-    return auto_clusters(source, num_clusters=config.num_clusters, seed=config.seed, chunk_size=config.chunk_size)
+    return auto_clusters(source, num_clusters=config.num_clusters, seed=config.seed, chunk_bytes=config.chunk_bytes)
 
 
 def score_clusters(config: Any, blame: np.ndarray, examples: Sequence[Any] | None,
@@ -81,13 +87,13 @@ def default_num_clusters(n: int) -> int:
     return max(1, min(n, max(2, round(math.sqrt(n / 2)))))
 
 
-def auto_clusters(source: ChunkSource, *, num_clusters: int | None = None, seed: int = 0, chunk_size: int = 1024,
-                  sketch_dim: int = DEFAULT_SKETCH_DIM) -> ClusterAssignment:
+def auto_clusters(source: ChunkSource, *, num_clusters: int | None = None, seed: int = 0,
+                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, sketch_dim: int = DEFAULT_SKETCH_DIM) -> ClusterAssignment:
     """Deterministic seeded k-means over a signed feature-hash sketch of the unit-normalized stored gradients."""
     n = len(source)
     if n == 0:
         raise GradientIndexError("the gradient index has no rows", "build it from a non-empty training set")
-    features = sketch_rows(source, seed=seed, sketch_dim=sketch_dim, chunk_size=chunk_size)
+    features = sketch_rows(source, seed=seed, sketch_dim=sketch_dim, chunk_bytes=chunk_bytes)
     norms = np.linalg.norm(features, axis=1)
     features = features / np.where(norms > 0, norms, 1.0)[:, None]
     requested = num_clusters if num_clusters is not None else default_num_clusters(n)
@@ -102,24 +108,27 @@ def auto_clusters(source: ChunkSource, *, num_clusters: int | None = None, seed:
 
 
 def sketch_rows(source: ChunkSource, *, seed: int, sketch_dim: int = DEFAULT_SKETCH_DIM,
-                chunk_size: int = 1024) -> np.ndarray:
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
     """Signed feature-hash sketch [n, sketch_dim] (float64) of every row, streamed; narrow rows pass through."""
     n = len(source)
     sketch: np.ndarray | None = None
     plan: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-    for offset, chunk in source.iter_chunks(chunk_size):
+    for offset, chunk in source.iter_chunks(rows_per_chunk(chunk_bytes, source.dim)):
         dim = chunk.shape[1]
         if sketch is None:
             sketch = np.zeros((n, min(dim, sketch_dim)), dtype=np.float64)
             if dim > sketch_dim:
                 plan = _hash_plan(dim, sketch_dim, seed)
-        rows = slice(offset, offset + chunk.shape[0])
         if plan is None:
-            sketch[rows] = chunk
+            sketch[offset:offset + chunk.shape[0]] = chunk
             continue
         order, signs, starts, nonempty = plan
-        signed = np.asarray(chunk)[:, order] * signs
-        sketch[rows, nonempty] = np.add.reduceat(signed, starts, axis=1, dtype=np.float64)
+        slab = rows_per_chunk(_HASH_SLAB_BYTES, dim)
+        for start in range(0, chunk.shape[0], slab):  # each row's sketch is its own: slabs change no bits
+            signed = np.asarray(chunk[start:start + slab])[:, order]
+            signed *= signs
+            at = offset + start
+            sketch[at:at + signed.shape[0], nonempty] = np.add.reduceat(signed, starts, axis=1, dtype=np.float64)
     if sketch is None:
         return np.zeros((0, 0), dtype=np.float64)
     if not np.all(np.isfinite(sketch)):

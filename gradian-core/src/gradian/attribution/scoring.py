@@ -1,14 +1,17 @@
 """Streamed blame scoring: every training example against every regressed item, one index chunk at a time.
 
 blame[i, q] = -(P q_q) . g_i (g_i / |g_i| with ``normalize``), positive = training on i pushed the model toward
-failing item q. No items x examples matrix larger than ``score_budget`` floats (default: one chunk's worth,
-chunk_size x items) is ever held:
+failing item q. Memory is bounded in bytes, not rows (exact gradients of a real model are megabytes per row):
 
-- ``mean``: pass 1 folds each chunk's scores into exact per-item moments; pass 2 rescores each chunk,
-  z-scores it per item and averages over items. When the whole score matrix fits the budget (the index is one
-  chunk), pass 2 reuses it instead of reading the index again.
-- ``rank_vote``: an item's ranks need its whole score column, so items are ranked in groups of
-  budget // n_examples per pass, then one more pass collects the top-k examples' per-item blame.
+- the index is read ``chunk_bytes`` of float32 rows at a time (``attribution.chunk_mb``; at least one row), so
+  the peak is about two chunks (the rows read and their float32 copy) however many rows the index has;
+- no items x examples matrix of more than ``score_budget`` floats (default: ``chunk_bytes`` worth of float64)
+  is ever held.
+
+``mean``: pass 1 folds each chunk's scores into exact per-item moments; pass 2 rescores each chunk, z-scores it
+per item and averages over items. When the whole score matrix fits the score budget, pass 2 reuses it instead of
+reading the index again. ``rank_vote``: an item's ranks need its whole score column, so items are ranked in
+groups of budget // n_examples per pass, then one more pass collects the top-k examples' per-item blame.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from gradian.attribution.aggregation import (
 from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.results import ExampleScores
 from gradian.errors import GradientIndexError
+from gradian.index.store import DEFAULT_CHUNK_BYTES, rows_per_chunk
 
 
 @runtime_checkable
@@ -39,9 +43,12 @@ class ChunkSource(Protocol):
     @property
     def ids(self) -> Sequence[str]: ...
 
+    @property
+    def dim(self) -> int: ...
+
     def __len__(self) -> int: ...
 
-    def iter_chunks(self, chunk_size: int) -> Iterator[tuple[int, np.ndarray]]: ...
+    def iter_chunks(self, rows: int) -> Iterator[tuple[int, np.ndarray]]: ...
 
 
 class ArraySource:
@@ -58,20 +65,25 @@ class ArraySource:
         """One id per row."""
         return self._ids
 
+    @property
+    def dim(self) -> int:
+        """Width of one row."""
+        return int(self.rows.shape[1])
+
     def __len__(self) -> int:
         return int(self.rows.shape[0])
 
-    def iter_chunks(self, chunk_size: int) -> Iterator[tuple[int, np.ndarray]]:
-        """(row_offset, rows) for consecutive chunks of at most ``chunk_size`` rows."""
-        for start in range(0, self.rows.shape[0], chunk_size):
-            yield start, self.rows[start:start + chunk_size]
+    def iter_chunks(self, rows: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(row_offset, rows) for consecutive chunks of at most ``rows`` rows."""
+        for start in range(0, self.rows.shape[0], rows):
+            yield start, self.rows[start:start + rows]
 
 
-def leading_rows(source: ChunkSource, count: int, chunk_size: int = 1024) -> np.ndarray:
+def leading_rows(source: ChunkSource, count: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
     """The first ``count`` rows of ``source`` as float32 (the target when there is no eval set)."""
     taken: list[np.ndarray] = []
     have = 0
-    for _, chunk in source.iter_chunks(min(chunk_size, max(count, 1))):
+    for _, chunk in source.iter_chunks(min(rows_per_chunk(chunk_bytes, source.dim), max(count, 1))):
         taken.append(np.asarray(chunk[: count - have], dtype=np.float32))
         have += taken[-1].shape[0]
         if have >= count:
@@ -83,10 +95,14 @@ def leading_rows(source: ChunkSource, count: int, chunk_size: int = 1024) -> np.
 
 def item_blame(chunk: np.ndarray, preconditioned_queries: np.ndarray, *, normalize: bool = False) -> np.ndarray:
     """Blame [rows, Q] of a chunk of train gradients [rows, dim] against preconditioned queries [Q, dim]."""
-    work = np.float64 if chunk.dtype == np.float64 else np.float32
-    rows = np.asarray(chunk, dtype=work)
-    # float32 products keep the chunk uncopied; the statistics downstream are float64.
-    blame = -(rows @ np.asarray(preconditioned_queries, dtype=work).T).astype(np.float64)
+    rows = np.asarray(chunk)
+    if rows.dtype == np.float64:
+        blame = -(rows @ np.asarray(preconditioned_queries, dtype=np.float64).T)
+    else:
+        # One float32 GEMM with the chunk uncopied: a float64 copy would double the chunk's memory and take
+        # several times as long; the per-item statistics downstream are float64.
+        rows = np.asarray(rows, dtype=np.float32)
+        blame = -(rows @ np.asarray(preconditioned_queries, dtype=np.float32).T).astype(np.float64)
     if normalize:
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
         has_norm = norms > 0
@@ -96,15 +112,17 @@ def item_blame(chunk: np.ndarray, preconditioned_queries: np.ndarray, *, normali
 
 def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: Preconditioner | None = None,
                    item_ids: Sequence[str] | None = None, normalize: bool = False, aggregation: str = "mean",
-                   top_k: int = 20, chunk_size: int = 1024, score_budget: int | None = None) -> ExampleScores:
+                   top_k: int = 20, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                   score_budget: int | None = None) -> ExampleScores:
     """Score every example of ``source`` against the query gradients [Q, dim] and aggregate over items.
 
     ``queries`` are raw query gradients when ``preconditioner`` is given, else already preconditioned.
+    ``chunk_bytes`` bounds the float32 rows read at once; ``score_budget`` the float64 scores held at once.
     """
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(AGGREGATIONS)}")
-    if chunk_size < 1 or top_k < 1:
-        raise ValueError("chunk_size and top_k must be positive")
+    if chunk_bytes < 1 or top_k < 1:
+        raise ValueError("chunk_bytes and top_k must be positive")
     pq = np.atleast_2d(np.asarray(queries, dtype=np.float64))
     if preconditioner is not None:
         pq = preconditioner.apply(pq)
@@ -117,8 +135,8 @@ def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: 
     n = len(source)
     if n == 0:
         raise GradientIndexError("the gradient index has no rows", "build it from a non-empty training set")
-    budget = score_budget if score_budget is not None else chunk_size * n_items
-    scorer = _ChunkScorer(source, pq, normalize, chunk_size)
+    budget = score_budget if score_budget is not None else max(chunk_bytes // 8, n_items)
+    scorer = _ChunkScorer(source, pq, normalize, rows_per_chunk(chunk_bytes, pq.shape[1]))
     k = min(top_k, n)
     if aggregation == "mean":
         return _score_mean(scorer, item_ids, k, budget)
@@ -128,17 +146,17 @@ def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: 
 def score_with_config(source: ChunkSource, queries: np.ndarray, config: Any, *,
                       preconditioner: Preconditioner | None = None,
                       item_ids: Sequence[str] | None = None) -> ExampleScores:
-    """``score_examples`` with normalize, aggregation, top_k and chunk_size from an ``AttributionConfig``."""
+    """``score_examples`` with normalize, aggregation, top_k and chunk_mb from an ``AttributionConfig``."""
     return score_examples(source, queries, preconditioner=preconditioner, item_ids=item_ids,
                           normalize=config.normalize, aggregation=config.aggregation, top_k=config.top_k,
-                          chunk_size=config.chunk_size)
+                          chunk_bytes=config.chunk_bytes)
 
 
 class _ChunkScorer:
     """Reads the source chunk by chunk, checks layout and finiteness, yields (offset, blame [rows, Q])."""
 
-    def __init__(self, source: ChunkSource, pq: np.ndarray, normalize: bool, chunk_size: int) -> None:
-        self.source, self.pq, self.normalize, self.chunk_size = source, pq, normalize, chunk_size
+    def __init__(self, source: ChunkSource, pq: np.ndarray, normalize: bool, chunk_rows: int) -> None:
+        self.source, self.pq, self.normalize, self.chunk_rows = source, pq, normalize, chunk_rows
         self.n = len(source)
         self.ids = tuple(source.ids)
         self.passes = 0
@@ -146,7 +164,7 @@ class _ChunkScorer:
     def __iter__(self) -> Iterator[tuple[int, np.ndarray]]:
         self.passes += 1
         expected = 0
-        for offset, chunk in self.source.iter_chunks(self.chunk_size):
+        for offset, chunk in self.source.iter_chunks(self.chunk_rows):
             if offset != expected:
                 raise GradientIndexError(f"the index yielded rows from {offset}, expected {expected}",
                                          "the index is inconsistent; rebuild it")

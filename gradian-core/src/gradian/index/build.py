@@ -27,6 +27,7 @@ from gradian.index.directory import (
 from gradian.index.distributed import RankContext, rank_context
 from gradian.index.dtypes import decode_rows, encode_rows, storage_numpy_dtype
 from gradian.index.plan import BuildPlan, ExampleMeta, default_index_dir, encode_pass, make_plan
+from gradian.index.sizing import IndexEstimate, check_free_disk, estimate_index, written_bytes
 from gradian.index.stats import StatsAccumulator
 from gradian.index.store import Index, get_codec
 
@@ -41,8 +42,12 @@ IN_MEMORY_SHARD_BYTES = 512 * 1024 * 1024
 
 
 def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, out: Path | str | None = None, *,
-                progress: ProgressCallback | None = None) -> Index:
-    """Build the gradient index of ``dataset`` under ``loaded_model``'s adapter, or reuse an identical one."""
+                progress: ProgressCallback | None = None, say: Callable[[str], None] | None = None) -> Index:
+    """Build the gradient index of ``dataset`` under ``loaded_model``'s adapter, or reuse an identical one.
+
+    Before computing anything, ``say`` gets the estimate line (bytes per example, total size, peak memory), and a
+    build whose shards would not fit on the output's disk is refused.
+    """
     from gradian.config import GradianConfig
     from gradian.grads.capture import GradientCapture
 
@@ -56,15 +61,20 @@ def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, o
     tokenizer = loaded_model.tokenizer
     metas, ids_sha, encoded_sha = encode_pass(examples, tokenizer, config.grads.max_seq_length)
     plan = make_plan(loaded_model, capture, config, examples, ids_sha, encoded_sha, out, codec, dataset)
+    estimate = estimate_index(loaded_model.model, plan.dim, plan.storage_dtype, capture.projection is not None,
+                              [m.num_tokens for m in metas], [m.num_supervised for m in metas],
+                              config.grads.batch_size, plan.shard_size)
     ranks = rank_context(loaded_model.device)
     try:
-        return _build_on_ranks(plan, ranks, capture, examples, tokenizer, metas, config.grads, progress)
+        return _build_on_ranks(plan, ranks, capture, examples, tokenizer, metas, config.grads, progress,
+                               estimate, say)
     finally:
         ranks.close()
 
 
 def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples: list[Any], tokenizer: Any,
-                    metas: list[ExampleMeta], grads: Any, progress: ProgressCallback | None) -> Index:
+                    metas: list[ExampleMeta], grads: Any, progress: ProgressCallback | None,
+                    estimate: IndexEstimate, say: Callable[[str], None] | None) -> Index:
     """Reuse the index in place, or compute this rank's shards and (rank 0) finish the directory."""
     ranks.check_same(plan.index_id, "index id")
     cached = reusable_index(plan.out_dir, plan.index_id)
@@ -72,6 +82,9 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples:
         ranks.barrier()
         return cached
     check_out_dir(plan.out_dir)
+    if say is not None and ranks.is_main:
+        say(estimate.line())
+    check_free_disk(estimate, plan.out_dir, already_written=_resumable_bytes(plan))
     started = time.monotonic()
     ranks.together(lambda: prepare_partial(plan) if ranks.is_main else None)
     computed = ranks.together(lambda: _run_shards(plan, ranks, capture, examples, tokenizer, grads, progress))
@@ -80,6 +93,20 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples:
               "computed_examples": computed}
     ranks.together(lambda: finalize(plan, metas, timing) if ranks.is_main else None)
     return Index.open(plan.out_dir)
+
+
+def _resumable_bytes(plan: BuildPlan) -> int:
+    """Bytes already written by an interrupted build of this same index (a build of other inputs is discarded)."""
+    import json
+
+    from gradian.index.directory import BUILD_STATE
+
+    state = plan.partial_dir / BUILD_STATE
+    try:
+        same = state.is_file() and state.read_text(encoding="utf-8") == json.dumps(plan.build_state(), sort_keys=True)
+    except (OSError, UnicodeDecodeError):
+        return 0
+    return written_bytes(plan.partial_dir) if same else 0
 
 
 def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: list[Any], tokenizer: Any,
@@ -120,7 +147,7 @@ def compute_shard(plan: BuildPlan, number: int, capture: Any, encoded: Sequence[
     count = len(encoded)
     dtype = storage_numpy_dtype(plan.storage_dtype)
     stored = _shard_buffer(plan, number, count, dtype)
-    stats = StatsAccumulator(plan.dim, plan.stat_blocks)
+    stats = StatsAccumulator(plan.dim)  # block matrices are made on demand (Index.block_stats)
     # Batches of similar length waste less compute on padding; the order is fixed, so bytes are too.
     order = sorted(range(count), key=lambda i: (len(encoded[i].input_ids), i))
     for start in range(0, count, batch_size):

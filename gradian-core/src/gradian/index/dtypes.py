@@ -54,6 +54,16 @@ def decode_rows(stored: np.ndarray, name: str) -> np.ndarray:
     raise ValueError(f"unknown storage dtype {name!r}")
 
 
+def decode_rows_into(stored: np.ndarray, name: str, out: np.ndarray) -> None:
+    """Stored rows of the named dtype decoded straight into the float32 array ``out`` (no temporary copy)."""
+    if name in ("float32", "float16"):
+        out[...] = stored
+    elif name == "bfloat16":
+        np.left_shift(stored, np.uint32(16), out=out.view(np.uint32), dtype=np.uint32)
+    else:
+        raise ValueError(f"unknown storage dtype {name!r}")
+
+
 def unit_rows(rows: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm, computed in float64; an all-zero row stays all zero (never NaN)."""
     rows64 = np.asarray(rows, dtype=np.float64)

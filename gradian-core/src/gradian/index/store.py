@@ -1,7 +1,9 @@
 """Reading a gradient index: memory-mapped shards, checksums, chunked float32 rows, statistics.
 
 Nothing here loads the whole index: shards are opened through their codec (memory-mapped for
-``npy``) and rows are decoded to float32 one chunk at a time.
+``npy``) and rows are decoded to float32 one chunk at a time, straight from the mapping into the
+chunk. Callers size chunks in bytes (``rows_per_chunk``): exact gradients of a real model are
+megabytes per row, so a row count that suits a projected index would not fit in memory.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from gradian.errors import GradientIndexError
-from gradian.index.dtypes import decode_rows, storage_numpy_dtype
+from gradian.index.dtypes import decode_rows_into, storage_numpy_dtype
 from gradian.index.manifest import (
     EXAMPLES_NAME,
     STATS_NAME,
@@ -25,9 +27,24 @@ from gradian.index.manifest import (
     ShardInfo,
     read_manifest,
     sha256_file,
+    write_atomic,
+    write_text_atomic,
 )
-from gradian.index.stats import PreconditionerStats
+from gradian.index.stats import BlockMomentAccumulator, PreconditionerStats, legacy_block_vector
 from gradian.records import CodecSpec
+
+# attribution.chunk_mb's default: float32 rows decoded at a time when scoring, sketching or gathering statistics.
+DEFAULT_CHUNK_BYTES = 256 << 20
+# Block second-moment matrices, computed on demand (only the block preconditioner reads them) and cached here.
+BLOCK_STATS_NAME = "block-stats.npy"
+BLOCK_STATS_RECORD = "block-stats.json"
+
+
+def rows_per_chunk(chunk_bytes: int, dim: int) -> int:
+    """Rows whose float32 copy fits ``chunk_bytes`` (at least one, however wide a row is)."""
+    if chunk_bytes < 1:
+        raise ValueError("chunk_bytes must be positive")
+    return max(1, int(chunk_bytes) // (max(int(dim), 1) * 4))
 
 
 def get_codec(name: str) -> CodecSpec:
@@ -128,11 +145,35 @@ class Index:
         return get_codec(self.manifest.codec)
 
     def stats(self) -> PreconditionerStats:
-        """Preconditioner statistics over the whole index (float64)."""
-        path = self.path / STATS_NAME
-        self._check_checksum(path, self.manifest.files.get(STATS_NAME, ""), STATS_NAME)
-        vector = np.load(path, allow_pickle=False)
-        return PreconditionerStats.from_vector(vector, self.dim, self.manifest.stat_blocks)
+        """Per-coordinate statistics over the whole index (float64): count, sum, sum of squares; no block matrices."""
+        return PreconditionerStats.from_vector(self._stats_vector(), self.dim, self.manifest.stat_blocks)
+
+    def block_stats(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> PreconditionerStats:
+        """``stats()`` plus every narrow block's second-moment matrix (what the block preconditioner needs).
+
+        An index built before matrices were made on demand carries them in its stats file; otherwise they come
+        from the cache next to the index, or from one streamed pass over it (``chunk_bytes`` of rows at a time),
+        cached there for the next run when the directory is writable.
+        """
+        vector = self._stats_vector()
+        stats = PreconditionerStats.from_vector(vector, self.dim, self.manifest.stat_blocks)
+        legacy = legacy_block_vector(vector, self.dim)
+        if legacy is not None:
+            return stats.with_block_vector(legacy)
+        accumulator = BlockMomentAccumulator(self.manifest.stat_blocks)
+        if not accumulator.blocks:  # every block is too wide: there is nothing to compute
+            return stats.with_block_vector(np.array([float(stats.count)]))
+        cached = self._cached_block_vector()
+        if cached is not None:
+            try:
+                return stats.with_block_vector(cached)
+            except GradientIndexError:
+                pass  # a cache of other rows or blocks: computed again below
+        for _, chunk in self.iter_chunks(rows_per_chunk(chunk_bytes, self.dim)):
+            accumulator.add(chunk)
+        vector = accumulator.to_vector()
+        self._cache_block_vector(vector)
+        return stats.with_block_vector(vector)
 
     def disk_bytes(self) -> int:
         """Bytes the index takes on disk (every file in its directory)."""
@@ -155,30 +196,31 @@ class Index:
         self._check_shape(info, array)
         return array
 
-    def iter_chunks(self, chunk_size: int = 1024, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(row offset, float32 rows)`` chunks of at most ``chunk_size`` rows, in order."""
-        if chunk_size < 1:
-            raise ValueError("chunk_size must be at least 1")
+    def iter_chunks(self, rows: int, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(row offset, float32 rows)`` chunks of at most ``rows`` rows, in order (see ``rows_per_chunk``)."""
+        if rows < 1:
+            raise ValueError("a chunk must hold at least one row")
         stop = self.num_examples if stop is None else min(stop, self.num_examples)
         position = start
         while position < stop:
-            end = min(position + chunk_size, stop)
+            end = min(position + rows, stop)
             yield position, self.rows_between(position, end)
             position = end
 
     def rows_between(self, start: int, end: int) -> np.ndarray:
-        """Rows ``start:end`` as a new float32 array (may span shards)."""
-        parts = []
+        """Rows ``start:end`` as a new float32 array (may span shards), decoded straight from the shards' mappings."""
+        out = np.empty((max(end - start, 0), self.dim), dtype=np.float32)
         position = start
         while position < end:
             number = int(np.searchsorted(self._starts, position, side="right") - 1)
             info = self.manifest.shards[number]
             upto = min(end, info.start + info.rows)
-            parts.append(decode_rows(self.shard(number)[position - info.start : upto - info.start], self.storage_dtype))
+            shard = self.shard(number)
+            decode_rows_into(shard[position - info.start : upto - info.start], self.storage_dtype,
+                             out[position - start : upto - start])
+            del shard  # unmapped now: the pages just read stop counting toward this process's memory
             position = upto
-        if not parts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return out
 
     def rows(self, indices: Sequence[int]) -> np.ndarray:
         """The float32 rows at the given positions, in the order given."""
@@ -206,6 +248,36 @@ class Index:
     def describe(self) -> dict[str, Any]:
         """The manifest as a plain dict (what show-index prints)."""
         return self.manifest.to_dict()
+
+    # --- statistics files ---------------------------------------------------------------------
+
+    def _stats_vector(self) -> np.ndarray:
+        """stats.npy, checked and memory-mapped (a legacy file's block matrices are read only when asked for)."""
+        path = self.path / STATS_NAME
+        self._check_checksum(path, self.manifest.files.get(STATS_NAME, ""), STATS_NAME)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+
+    def _cached_block_vector(self) -> np.ndarray | None:
+        """The cached block matrices when their record names this index and their checksum holds; else None."""
+        try:
+            record = json.loads((self.path / BLOCK_STATS_RECORD).read_text(encoding="utf-8"))
+            path = self.path / BLOCK_STATS_NAME
+            if record.get("index_id") != self.index_id or sha256_file(path) != record.get("sha256"):
+                return None
+            return np.load(path, allow_pickle=False)
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def _cache_block_vector(self, vector: np.ndarray) -> None:
+        """Keep the block matrices next to the index; a read-only index directory just goes without."""
+        from gradian.index.codecs.npy import write_npy
+
+        try:
+            write_atomic(self.path / BLOCK_STATS_NAME, lambda temp: write_npy(temp, vector))
+            record = {"index_id": self.index_id, "sha256": sha256_file(self.path / BLOCK_STATS_NAME)}
+            write_text_atomic(self.path / BLOCK_STATS_RECORD, json.dumps(record, sort_keys=True) + "\n")
+        except OSError:
+            pass
 
     # --- checks ------------------------------------------------------------------------------
 
