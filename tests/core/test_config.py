@@ -20,19 +20,29 @@ def test_every_key_the_spec_names_exists():
 
 def test_defaults_are_safe():
     cfg = GradianConfig()
-    assert cfg.grads.projection_dim is None  # exact gradients unless asked
+    assert cfg.grads.projection_dim == "auto"  # exact when small, a size-following sketch otherwise
+    assert cfg.grads.storage_dtype == "float16"  # half of float32 at no measured cost
     assert cfg.evaluation.require_significant is True
     assert cfg.evaluation.bootstrap_samples == 10000
 
 
+def test_projection_dim_takes_auto_an_integer_or_null():
+    assert load_config(None, ["grads.projection_dim=auto"]).grads.projection_dim == "auto"
+    assert load_config(None, ["grads.projection_dim=null"]).grads.projection_dim is None
+    assert load_config(None, ["grads.projection_dim=4096"]).grads.projection_dim == 4096
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, ["grads.projection_dim=wide"])
+    assert "an integer >= 1, auto or null" in caught.value.one_line()
+
+
 def test_yaml_then_set_overrides(tmp_path):
     path = tmp_path / "gradian.yaml"
-    path.write_text("grads:\n  batch_size: 2\n  module_filter: down_proj\n  storage_dtype: float16\n"
+    path.write_text("grads:\n  batch_size: 2\n  module_filter: down_proj\n  storage_dtype: bfloat16\n"
                     "train:\n  target_modules: [q_proj, v_proj]\n")
     cfg = load_config(path, ["grads.batch_size=4", "grads.projection_dim=2048", "evaluation.metric=contains",
                              "attribution.damping=null", "train.learning_rate=1e-4"])
     assert cfg.grads.batch_size == 4 and cfg.grads.module_filter == "down_proj"
-    assert cfg.grads.storage_dtype == "float16" and cfg.grads.projection_dim == 2048
+    assert cfg.grads.storage_dtype == "bfloat16" and cfg.grads.projection_dim == 2048
     assert cfg.evaluation.metric == "contains" and cfg.attribution.damping is None
     assert cfg.train.target_modules == ("q_proj", "v_proj") and cfg.train.learning_rate == 1e-4
 
@@ -53,6 +63,8 @@ def test_to_dict_round_trips():
     [
         ("grads.bach_size=4", "did you mean grads.batch_size"),
         ("nosection.key=1", "unknown config key nosection.key"),
+        ("attribution.chunk_size=1024", "use attribution.chunk_mb (a memory budget in MiB"),
+        ("attribution.chunk_mb=0", "attribution.chunk_mb must be a number > 0.0"),
         ("grads.batch_size=0", "grads.batch_size must be an integer >= 1"),
         ("grads.batch_size=two", "grads.batch_size must be an integer >= 1"),
         ("grads.batch_size=2.5", "grads.batch_size must be an integer"),
@@ -60,7 +72,7 @@ def test_to_dict_round_trips():
         ("evaluation.metric=bleu", "one of exact_match, contains, token_f1, loglik"),
         ("evaluation.query_signal=magic", "one of classic, contrastive, auto"),
         ("evaluation.require_significant=maybe", "true or false"),
-        ("grads.projection_dim=0", "grads.projection_dim must be an integer or null >= 1"),
+        ("grads.projection_dim=0", "grads.projection_dim must be an integer >= 1, auto or null"),
         ("evaluation.confidence=1.5", "in [0.5, 0.999]"),
         ("train.learning_rate=0", "train.learning_rate must be a number in [0.0, 1.0]"),
         ("batch_size=4", "is not section.key=value"),

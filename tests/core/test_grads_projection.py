@@ -11,11 +11,17 @@ from gradian.errors import ConfigError
 from gradian.grads.batch import collate
 from gradian.grads.capture import GradientCapture
 from gradian.grads.projection import (
+    AUTO_BUDGET,
+    AUTO_EXACT_LIMIT,
+    MIN_SKETCH_SIDE,
     FactoredProjection,
+    exact_width,
     factor_width,
     gaussian_sketch,
     matrix_seed,
+    plan_auto_projection,
     plan_projection,
+    resolve_projection,
     split_width,
 )
 from gradian.model.lora_blocks import LoraBlock
@@ -154,3 +160,71 @@ def test_projected_inner_products_match_exact_within_jl_bounds(chatml_tokenizer)
         assert float(norm_error.median()) < 4.0 * math.sqrt(4 / k), (k, norm_error)
     assert errors[1536] < errors[512] < errors[128]
     assert errors[1536] < errors[128] / 2
+
+
+LLAMA_8B_LAYER = [("self_attn.q_proj", 4096, 4096), ("self_attn.k_proj", 4096, 1024), ("self_attn.v_proj", 4096, 1024),
+                  ("self_attn.o_proj", 4096, 4096), ("mlp.gate_proj", 4096, 14336), ("mlp.up_proj", 4096, 14336),
+                  ("mlp.down_proj", 14336, 4096)]
+
+
+def _llama_blocks(layers: int, r: int = 16, shapes=LLAMA_8B_LAYER) -> list[LoraBlock]:
+    return [_block(f"model.layers.{i}.{name}", r, d_in, d_out) for i in range(layers) for name, d_in, d_out in shapes]
+
+
+def test_auto_keeps_small_gradients_exact():
+    blocks = [_block(f"model.layers.{i}.mlp.down_proj", 8, 64, 32) for i in range(2)]
+    assert plan_auto_projection(blocks, 0, budget=exact_width(blocks)) is None
+    assert plan_auto_projection(blocks, 0, budget=exact_width(blocks) - 1) is not None
+
+
+def test_the_default_keeps_a_small_adapter_exact_and_projects_1b_and_8b():
+    smollm2 = [("self_attn.q_proj", 576, 576), ("self_attn.k_proj", 576, 192), ("self_attn.v_proj", 576, 192),
+               ("self_attn.o_proj", 576, 576), ("mlp.gate_proj", 576, 1536), ("mlp.up_proj", 576, 1536),
+               ("mlp.down_proj", 1536, 576)]
+    small = _llama_blocks(30, r=8, shapes=smollm2)
+    assert exact_width(small) == 2_442_240 and resolve_projection(small, "auto") is None
+    eight_b = _llama_blocks(32)
+    assert resolve_projection(eight_b, "auto").dim <= AUTO_BUDGET < AUTO_EXACT_LIMIT < exact_width(eight_b)
+    assert resolve_projection(small, None) is None and resolve_projection(small, 4096).dim == 4096
+
+
+def test_auto_width_follows_matrix_size_and_never_sketches_below_the_floor():
+    blocks = _llama_blocks(32)  # Llama-3-8B, r=16 on all seven projections: 41.9M numbers exact
+    assert exact_width(blocks) == 41_943_040
+    plan = plan_auto_projection(blocks, 0, budget=AUTO_BUDGET)
+    assert 0.9 * AUTO_BUDGET <= plan.dim <= AUTO_BUDGET and plan.padding == 0
+    for sketch in plan.sketches:
+        rank_side, other = (sketch.k_rows, sketch.k_cols) if sketch.matrix == "A" else (sketch.k_cols, sketch.k_rows)
+        assert rank_side == 16 and other >= MIN_SKETCH_SIDE  # the LoRA rank side is never sketched
+    width = {(s.block.rsplit(".", 1)[-1], s.matrix): s.width for s in plan.sketches[:14]}
+    assert width[("gate_proj", "B")] > width[("q_proj", "B")] > width[("k_proj", "B")]  # follows d_out
+    assert plan.to_json()["sizing"] == "auto" and plan.to_json()["budget"] == AUTO_BUDGET
+
+
+def test_auto_width_is_near_the_budget_whatever_the_model_size():
+    one_b = [("self_attn.q_proj", 2048, 2048), ("self_attn.k_proj", 2048, 512), ("self_attn.v_proj", 2048, 512),
+             ("self_attn.o_proj", 2048, 2048), ("mlp.gate_proj", 2048, 8192), ("mlp.up_proj", 2048, 8192),
+             ("mlp.down_proj", 8192, 2048)]
+    dims = [plan_auto_projection(blocks, 0, AUTO_BUDGET).dim
+            for blocks in (_llama_blocks(16, shapes=one_b), _llama_blocks(32), _llama_blocks(80))]
+    assert all(0.85 * AUTO_BUDGET <= dim <= AUTO_BUDGET for dim in dims[:2]), dims
+    # 80 layers x 14 matrices at the floor of 16 x 16 still fit; nothing collapses to a 1x1 sketch.
+    assert dims[2] <= 1.1 * AUTO_BUDGET
+
+
+def test_auto_capture_equals_sketching_the_exact_gradient(chatml_tokenizer, monkeypatch):
+    loaded = build_loaded(chatml_tokenizer, r=4, targets=TARGETS)
+    monkeypatch.setattr("gradian.grads.projection.AUTO_BUDGET", 1200)  # the tiny model's 1664 numbers exceed it
+    monkeypatch.setattr("gradian.grads.projection.AUTO_EXACT_LIMIT", 1200)
+    batch = collate(_examples(chatml_tokenizer, 3), chatml_tokenizer.pad_token_id, "left")
+    exact_capture = GradientCapture(loaded)
+    auto = GradientCapture(loaded, projection_dim="auto", seed=1)
+    assert auto.projection_plan.budget == 1200 and auto.dim == auto.projection_plan.dim <= 1200
+    exact, projected = exact_capture.capture(batch), auto.capture(batch)
+    for index, (exact_entry, entry) in enumerate(zip(exact_capture.block_layout, auto.block_layout, strict=True)):
+        full = exact[:, exact_entry.offset:exact_entry.offset + exact_entry.size].reshape(3, *exact_entry.shape)
+        want = auto.projection.sketch_gradient(index, full).reshape(3, -1)
+        got = projected[:, entry.offset:entry.offset + entry.size]
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6 * float(want.abs().max()))
+    monkeypatch.setattr("gradian.grads.projection.AUTO_EXACT_LIMIT", 1664)
+    assert GradientCapture(loaded, projection_dim="auto").projection is None  # small enough: exact

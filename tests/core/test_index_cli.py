@@ -60,7 +60,7 @@ def test_index_builds_then_reuses_and_show_index_prints_blocks_and_manifest(caps
     out = tmp_path / "index"
     code, stdout, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, out))
     assert code == 0, err
-    assert " built in " in stdout and "5 examples x 1664 (exact, float32)" in stdout and "3 shards" in stdout
+    assert " built in " in stdout and "5 examples x 1664 (exact, float16)" in stdout and "3 shards" in stdout
     assert "indexing" in err and "ex/s" in err  # the progress bar, on stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["index_id"] in stdout
@@ -76,6 +76,23 @@ def test_index_builds_then_reuses_and_show_index_prints_blocks_and_manifest(caps
         assert needle in stdout, needle
     code, stdout, _ = run_cli(capsys, "show-index", out, "--json", "--verify")
     assert code == 0 and json.loads(stdout) == manifest
+
+
+def test_a_bfloat16_index_records_its_dtype_and_show_index_prints_it(capsys, tmp_path, tiny_base_dir,
+                                                                    tiny_adapter_dir, dataset):
+    float32, bfloat16 = tmp_path / "fp32", tmp_path / "bf16"
+    code, stdout32, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, float32, "--device", "cpu"))
+    assert code == 0, err
+    code, stdout16, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, bfloat16,
+                                                      "--device", "cpu", "--dtype", "bfloat16"))
+    assert code == 0, err
+    ids = [json.loads((path / "manifest.json").read_text())["index_id"] for path in (float32, bfloat16)]
+    assert ids[0] != ids[1] and ids[0] in stdout32 and ids[1] in stdout16
+    code, stdout, _ = run_cli(capsys, "show-index", bfloat16)
+    assert code == 0
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines() if line.count("│") >= 3}
+    assert rows["spec.compute.device_type"] == "cpu"
+    assert rows["spec.compute.base_dtype"] == "bfloat16" and rows["spec.compute.lora_dtype"] == "float32"
 
 
 def test_no_adapter_is_refused_with_the_spec_explanation(capsys, tmp_path, tiny_base_dir, dataset):

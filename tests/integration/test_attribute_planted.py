@@ -156,10 +156,11 @@ def test_the_classic_signal_loses_the_substitution(substitution, contrastive, tm
 
     The mechanism holds on this fixture: the wanted answer's gradient is about 16x (5-32x) larger than the gradient
     of what the fine-tuned model says, and nearly orthogonal (cosine ~0.01) to the base model's own correct
-    sentence, the direction that separates right from wrong. The outcome is a lost signal, not an inversion: the
-    planted cluster's z stays positive under the default diagonal preconditioner (2.2 against 8.9) and is second
-    without one, no cluster is accused, and recall@k falls from 0.86 to about 0.4. The assertions hold exactly that,
-    not a sign flip this fixture does not produce.
+    sentence, the direction that separates right from wrong. The outcome is a lost signal and, without a
+    preconditioner, a wrong one: the planted cluster's z stays positive under the default diagonal preconditioner
+    (2.1 against 9.6) and nothing is accused; without one the planted cluster falls to second (z 1.2) and another
+    cluster is accused; recall@k falls from 0.79 to 0.3 or less. The assertions hold that the planted cluster is
+    never accused and its signal is lost, not a sign flip this fixture does not produce.
     """
     wanted = answer_gradients(substitution, contrastive.report, "wanted")
     generated = answer_gradients(substitution, contrastive.report, "finetuned_output")
@@ -182,7 +183,7 @@ def test_the_classic_signal_loses_the_substitution(substitution, contrastive, tm
         print(f"classic, preconditioner {preconditioner}: {measured[preconditioner]}")
     print(f"contrastive, preconditioner diagonal: {reference}")
     for ranking in measured.values():
-        assert ranking["accused"] is None, "classic accused a cluster on this fixture"
+        assert ranking["accused"] != PLANTED_SOURCE, "classic found the planted cluster on this fixture"
         assert ranking["z"] < reference["z"] / 3
         assert ranking["recall_at_k"] <= reference["recall_at_k"] - 0.3
 

@@ -16,7 +16,7 @@ import torch
 
 from gradian.grads.batch import Batch, as_batch
 from gradian.grads.loss import REDUCTIONS, SupervisedLoss, supervised_loss, supervised_positions
-from gradian.grads.projection import FactoredProjection, ProjectionPlan, plan_projection
+from gradian.grads.projection import FactoredProjection, ProjectionPlan, resolve_projection
 from gradian.model.lora_blocks import LoraBlock, block_modules
 
 
@@ -64,7 +64,7 @@ class GradientCapture:
     ``capture(batch)`` returns a float32 [batch, dim] tensor in ``block_layout`` order (A then B per block).
     """
 
-    def __init__(self, loaded: Any, blocks: Sequence[LoraBlock] | None = None, *, projection_dim: int | None = None,
+    def __init__(self, loaded: Any, blocks: Sequence[LoraBlock] | None = None, *, projection_dim: int | str | None = None,
                  seed: int = 0, loss_reduction: str = "sum", module_filter: str | None = None,
                  output_device: str | torch.device = "cpu") -> None:
         if loss_reduction not in REDUCTIONS:
@@ -76,11 +76,10 @@ class GradientCapture:
         self.loss_reduction = loss_reduction
         self.output_device = torch.device(output_device)
         self._modules = [block_modules(loaded.model, block, loaded.adapter_name) for block in self.blocks]
-        self.projection: FactoredProjection | None = None
-        if projection_dim is not None:
-            self.projection = FactoredProjection(plan_projection(self.blocks, int(projection_dim), seed))
+        plan = resolve_projection(self.blocks, projection_dim, seed)
+        self.projection: FactoredProjection | None = FactoredProjection(plan) if plan is not None else None
         self.block_layout: tuple[LayoutEntry, ...] = self._layout()
-        self.dim: int = projection_dim if projection_dim is not None else self.block_layout[-1].offset + self.block_layout[-1].size
+        self.dim: int = plan.dim if plan is not None else self.block_layout[-1].offset + self.block_layout[-1].size
 
     @classmethod
     def from_config(cls, loaded: Any, grads: Any, blocks: Sequence[LoraBlock] | None = None) -> GradientCapture:

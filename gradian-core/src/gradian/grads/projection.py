@@ -3,8 +3,16 @@
 A LoRA matrix gradient is G = sum_t u_t^T v_t (u: output-side grads, v: inputs). Its sketch is P_rows G P_cols^T,
 computed as (U P_rows^T)^T (V P_cols^T) from projected activations and projected output grads, so the full
 gradient is never formed. P entries are N(0, 1/k), so E[P^T P] = I and inner products are preserved in
-expectation. The width ``dim`` is split across matrices proportionally to their size (at least 1 each); the
-LoRA rank side is kept exact (identity) when the matrix's share affords it.
+expectation.
+
+Two ways to size the sketches:
+
+- ``auto`` (the default, ``plan_auto_projection``): exact gradients when they are at most ``AUTO_EXACT_LIMIT``
+  numbers per example (a small model's adapter); otherwise every matrix keeps its LoRA rank side exact and
+  sketches the other side to a width that follows the matrix's size, never below ``MIN_SKETCH_SIDE`` (no 1x1
+  sketches), so the stored width stays near ``AUTO_BUDGET`` whatever the model's size.
+- a fixed ``grads.projection_dim`` (``plan_projection``): that width split across matrices proportionally to
+  their size (at least 1 each); the rank side is kept exact when the matrix's share affords it.
 """
 
 from __future__ import annotations
@@ -21,6 +29,15 @@ from gradian.errors import ConfigError
 from gradian.model.lora_blocks import LoraBlock
 
 SCHEME = "factored-gaussian-v1"
+AUTO = "auto"
+# Exact gradients up to this width (8 MiB per example in float16): projection costs recall (bench/projection.py),
+# so it is paid only where exact rows would not fit (SmolLM2-135M r=8 on 7 projections: 2.4M, exact; Llama-3.2-1B
+# r=16: 11.3M and Llama-3-8B r=16: 41.9M, projected).
+AUTO_EXACT_LIMIT = 4_194_304
+# Numbers stored per example by a projected default index (512 KiB in float16), chosen with bench/projection.py.
+AUTO_BUDGET = 262_144
+# The narrowest sketch of a matrix's non-rank side under ``auto``.
+MIN_SKETCH_SIDE = 16
 
 
 @dataclass(frozen=True)
@@ -58,11 +75,14 @@ class ProjectionPlan:
     seed: int
     sketches: tuple[MatrixSketch, ...]
     padding: int  # trailing zero columns when the width cannot be split exactly (fewer than the largest rank)
+    budget: int | None = None  # the per-example budget of an ``auto`` plan; None for a fixed projection_dim
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for the manifest."""
+        sizing = {"sizing": "auto", "budget": self.budget} if self.budget is not None else {}
         return {
             "scheme": SCHEME,
+            **sizing,
             "dim": self.dim,
             "seed": self.seed,
             "padding": self.padding,
@@ -136,7 +156,7 @@ def factor_width(width: int, rank_side: int) -> tuple[int, int]:
 
 def plan_projection(blocks: Sequence[LoraBlock], dim: int, seed: int = 0) -> ProjectionPlan:
     """Split ``dim`` across the A and B matrices of the blocks (module order, A then B per block)."""
-    matrices = [m for b in blocks for m in ((b.name, "A", b.r, b.d_in), (b.name, "B", b.d_out, b.r))]
+    matrices = lora_matrices(blocks)
     if dim < len(matrices):
         raise ConfigError(
             f"grads.projection_dim {dim} is smaller than the {len(matrices)} LoRA matrices it must cover "
@@ -153,6 +173,72 @@ def plan_projection(blocks: Sequence[LoraBlock], dim: int, seed: int = 0) -> Pro
         k_rows, k_cols = (k_rank, k_other) if kind == "A" else (k_other, k_rank)
         sketches.append(MatrixSketch(block, kind, rows, cols, k_rows, k_cols))
     return ProjectionPlan(dim=dim, seed=seed, sketches=tuple(sketches), padding=padding)
+
+
+def lora_matrices(blocks: Sequence[LoraBlock]) -> list[tuple[str, str, int, int]]:
+    """(block, "A"|"B", rows, cols) of every LoRA matrix, in module order, A then B per block."""
+    return [m for b in blocks for m in ((b.name, "A", b.r, b.d_in), (b.name, "B", b.d_out, b.r))]
+
+
+def exact_width(blocks: Sequence[LoraBlock]) -> int:
+    """Numbers in one example's exact LoRA gradient over these blocks."""
+    return sum(block.size for block in blocks)
+
+
+def plan_auto_projection(blocks: Sequence[LoraBlock], seed: int = 0, budget: int = AUTO_BUDGET,
+                         exact_limit: int | None = None) -> ProjectionPlan | None:
+    """None (exact) up to ``exact_limit`` (default ``budget``); else rank-exact sketches whose widths follow size.
+
+    Each matrix gets a share of the budget proportional to its size; the rank side stays exact and the other side
+    is sketched to share / rank, clamped to [MIN_SKETCH_SIDE, its size], the budget a clamped matrix frees or takes
+    going to the others. When even the narrowest sketches exceed the budget (thousands of LoRA matrices), they are
+    used anyway: a 1x1 sketch keeps nothing worth ranking by.
+    """
+    if exact_width(blocks) <= (budget if exact_limit is None else exact_limit):
+        return None
+    matrices = lora_matrices(blocks)
+    ranks = [rows if kind == "A" else cols for _, kind, rows, cols in matrices]
+    others = [cols if kind == "A" else rows for _, kind, rows, cols in matrices]
+    sides = _water_fill(budget, [rows * cols for _, _, rows, cols in matrices], ranks,
+                        [min(MIN_SKETCH_SIDE, other) for other in others], others)
+    sketches = []
+    for (block, kind, rows, cols), rank, k in zip(matrices, ranks, sides, strict=True):
+        k_rows, k_cols = (rank, k) if kind == "A" else (k, rank)
+        sketches.append(MatrixSketch(block, kind, rows, cols, k_rows, k_cols))
+    dim = sum(s.width for s in sketches)
+    return ProjectionPlan(dim=dim, seed=seed, sketches=tuple(sketches), padding=0, budget=budget)
+
+
+def _water_fill(budget: int, sizes: Sequence[int], units: Sequence[int], lows: Sequence[int],
+                highs: Sequence[int]) -> list[int]:
+    """Sides k_i in [lows_i, highs_i] with sum k_i * units_i near budget and k_i * units_i proportional to sizes_i."""
+    sides: list[int | None] = [None] * len(sizes)
+    free, remaining = set(range(len(sizes))), float(budget)
+    while free:
+        total = float(sum(sizes[i] for i in free))
+        clamped = []
+        for i in sorted(free):
+            ideal = remaining * sizes[i] / total / units[i]
+            if ideal < lows[i] or ideal > highs[i]:
+                clamped.append((i, lows[i] if ideal < lows[i] else highs[i]))
+        if not clamped:
+            for i in free:
+                sides[i] = int(remaining * sizes[i] / total // units[i])
+            break
+        for i, side in clamped:
+            sides[i] = side
+            free.discard(i)
+            remaining -= side * units[i]
+    return [int(side) for side in sides]  # type: ignore[arg-type]
+
+
+def resolve_projection(blocks: Sequence[LoraBlock], projection_dim: int | str | None, seed: int = 0) -> ProjectionPlan | None:
+    """The projection plan of a ``grads.projection_dim`` setting: auto, null (exact) or a fixed width."""
+    if projection_dim is None:
+        return None
+    if projection_dim == AUTO:
+        return plan_auto_projection(blocks, seed, AUTO_BUDGET, AUTO_EXACT_LIMIT)
+    return plan_projection(blocks, int(projection_dim), seed)
 
 
 class FactoredProjection:

@@ -1,0 +1,115 @@
+"""What an index build will take before it starts: bytes per example, size on disk, peak memory, free disk.
+
+The peak-memory figure is an estimate ("about"): the model's weights, the fp32 logits of the largest batch's
+supervised tokens (the allocation the troubleshooting guide names), the activations kept for the backward pass,
+and the shard buffer. The disk check is exact arithmetic against ``shutil.disk_usage``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import GradientIndexError
+from gradian.index.dtypes import storage_numpy_dtype
+
+# Room kept beyond the shards: manifest, statistics, examples.jsonl and the filesystem's own rounding.
+DISK_MARGIN = 1.05
+# Activation bytes kept for backward, per token and layer, in units of (hidden size x dtype bytes); a transformer
+# block keeps about a dozen hidden-sized tensors per token (attention inputs, norms, residuals, MLP inputs).
+ACTIVATIONS_PER_HIDDEN = 12
+
+SHRINK_HINT = (
+    "shrink the index with grads.projection_dim (a fixed width such as 65536, whatever the model's size), "
+    "grads.module_filter (e.g. down_proj, about 4.3x smaller) or grads.storage_dtype=float16 (half of float32), "
+    "or put it on a disk with room (--out for gradian index, --index for gradian attribute)"
+)
+
+
+@dataclass(frozen=True)
+class IndexEstimate:
+    """The size of an index build, known before its first gradient."""
+
+    num_examples: int
+    dim: int
+    storage_dtype: str
+    projected: bool
+    peak_memory_bytes: int
+
+    @property
+    def bytes_per_example(self) -> int:
+        """Bytes one example's stored row takes."""
+        return self.dim * storage_numpy_dtype(self.storage_dtype).itemsize
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of every shard together."""
+        return self.bytes_per_example * self.num_examples
+
+    def line(self) -> str:
+        """One line for the terminal: per example, in all, peak memory."""
+        kind = "projected" if self.projected else "exact"
+        return (f"index estimate: {self.num_examples:,} examples x {self.dim:,} ({kind}, {self.storage_dtype}) = "
+                f"{human_bytes(self.bytes_per_example)} per example, {human_bytes(self.total_bytes)} in all; "
+                f"peak memory about {human_bytes(self.peak_memory_bytes)}")
+
+
+def human_bytes(count: float) -> str:
+    """1536 -> '1.5 KB' (powers of 1000, as disk tools print)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(count) < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    raise AssertionError("unreachable")
+
+
+def estimate_index(model: Any, dim: int, storage_dtype: str, projected: bool, token_counts: Sequence[int],
+                   supervised_counts: Sequence[int], batch_size: int, shard_size: int) -> IndexEstimate:
+    """The size and peak memory of indexing examples with these token and supervised-token counts."""
+    config = getattr(getattr(model, "get_base_model", lambda: model)(), "config", None)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    dtype_bytes = next(iter(model.parameters())).element_size()
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    batch = min(batch_size, len(token_counts))
+    longest = sorted(token_counts, reverse=True)[:batch]
+    most_supervised = sorted(supervised_counts, reverse=True)[:batch]
+    # The vocab-sized tensor exists in the model's dtype and again upcast to fp32.
+    logits = sum(most_supervised) * vocab * (4 + dtype_bytes)
+    activations = batch * max(longest, default=0) * layers * hidden * ACTIVATIONS_PER_HIDDEN * dtype_bytes
+    row_bytes = dim * storage_numpy_dtype(storage_dtype).itemsize
+    buffers = min(shard_size, len(token_counts)) * row_bytes + 3 * batch * dim * 4  # shard + the batch's fp32 rows
+    return IndexEstimate(num_examples=len(token_counts), dim=dim, storage_dtype=storage_dtype, projected=projected,
+                         peak_memory_bytes=int(weights + logits + activations + buffers))
+
+
+def free_bytes(directory: Path) -> int:
+    """Free bytes on the filesystem that holds ``directory`` (or its nearest existing parent)."""
+    probe = Path(directory).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def check_free_disk(estimate: IndexEstimate, directory: Path, already_written: int = 0) -> None:
+    """Refuse to start a build whose shards will not fit on the disk of ``directory``."""
+    need = int(estimate.total_bytes * DISK_MARGIN) - already_written
+    free = free_bytes(directory)
+    if need > free:
+        raise GradientIndexError(
+            f"not enough free disk for the gradient index: it needs about {human_bytes(need)} at {directory} "
+            f"({estimate.num_examples:,} examples x {human_bytes(estimate.bytes_per_example)}) and "
+            f"{human_bytes(free)} is free",
+            SHRINK_HINT,
+        )
+
+
+def written_bytes(directory: Path) -> int:
+    """Bytes of the files already in a (partial) build directory, which a resumed build does not write again."""
+    if not directory.is_dir():
+        return 0
+    return sum(path.stat().st_size for path in directory.iterdir() if path.is_file())

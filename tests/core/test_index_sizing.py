@@ -1,0 +1,72 @@
+"""The index size estimate printed before a build, and the refusal when the disk cannot hold the index."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gradian.index.sizing import IndexEstimate, estimate_index, human_bytes
+from gradian.index.store import Index
+from tests.core.test_index_cli import assert_error, index_args, run_cli, write_dataset
+
+
+def test_the_estimate_is_printed_before_the_build_and_matches_the_shards(capsys, tmp_path, tiny_base_dir,
+                                                                        tiny_adapter_dir):
+    dataset = write_dataset(tmp_path / "train.jsonl", count=6)
+    out = tmp_path / "index"
+    code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, out,
+                                               "--set", "grads.storage_dtype=float16"))
+    assert code == 0, err
+    line = next(line for line in err.splitlines() if line.startswith("index estimate:"))
+    index = Index.open(out)
+    estimate = IndexEstimate(6, index.dim, "float16", projected=False, peak_memory_bytes=0)
+    assert f"6 examples x {index.dim:,} (exact, float16)" in line
+    assert human_bytes(estimate.total_bytes) in line and "peak memory about" in line
+    shard_bytes = sum((out / shard.file).stat().st_size for shard in index.manifest.shards)
+    assert estimate.total_bytes <= shard_bytes <= estimate.total_bytes + 1024 * len(index.manifest.shards)
+    # A reused index is not estimated again.
+    code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, out,
+                                               "--set", "grads.storage_dtype=float16"))
+    assert code == 0 and "index estimate:" not in err
+
+
+def test_peak_memory_counts_weights_logits_and_grows_with_the_batch(chatml_tokenizer):
+    from tests.core.test_grads_exact import build_loaded
+
+    loaded = build_loaded(chatml_tokenizer, r=4)
+    weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+    tokens, supervised = [40] * 16, [10] * 16
+    small = estimate_index(loaded.model, 1000, "float32", False, tokens, supervised, batch_size=1, shard_size=8)
+    large = estimate_index(loaded.model, 1000, "float32", False, tokens, supervised, batch_size=8, shard_size=8)
+    vocab = loaded.causal_lm.config.vocab_size
+    assert small.peak_memory_bytes > weights + 10 * vocab * 8
+    assert large.peak_memory_bytes - small.peak_memory_bytes >= 7 * 10 * vocab * 8  # 7 more rows of fp32 + fp32 logits
+
+
+@pytest.fixture()
+def tiny_disk(tmp_path):
+    """A real 16 KiB filesystem (tmpfs), where mounting is allowed (root); skipped elsewhere."""
+    mount = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+    mount.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_a_disk_too_small_is_refused_before_any_gradient(capsys, tmp_path, tiny_base_dir, tiny_adapter_dir, tiny_disk):
+    dataset = write_dataset(tmp_path / "train.jsonl", count=20)  # 20 x 1,664 float32 numbers: 133 KB
+    out = tiny_disk / "index"
+    code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, out))
+    assert_error(code, err, "not enough free disk for the gradient index", "20 examples")
+    assert "storage_dtype=float16" in err and "module_filter" in err and "projection_dim" in err
+    assert list(Path(tiny_disk).iterdir()) == []  # no index, no partial directory
