@@ -22,6 +22,17 @@ def _fresh_plugins():
     reset_plugins()
 
 
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty local Hugging Face cache that huggingface_hub looks in."""
+    from huggingface_hub import constants
+
+    root = tmp_path / "hf-hub"
+    root.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    return root
+
+
 @pytest.fixture(scope="session")
 def chatml_tokenizer():
     """The tiny ChatML tokenizer (SmolLM2's template family)."""

@@ -47,6 +47,34 @@ def test_bfloat16_bits_match_torch_rounding():
     np.testing.assert_array_equal(decode_rows(ours, "bfloat16"), torch.from_numpy(rows).to(torch.bfloat16).float().numpy())
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_decoding_a_read_only_memory_map_into_rows_equals_decoding_a_copy(tmp_path, dtype):
+    from gradian.index.dtypes import decode_rows_into
+
+    stored = encode_rows(_rows(seed=2) * 50, dtype)
+    np.save(tmp_path / "shard.npy", stored)
+    mapped = np.load(tmp_path / "shard.npy", mmap_mode="r")
+    out = np.full((4, stored.shape[1]), np.nan, dtype=np.float32)
+    decode_rows_into(mapped[3:7], dtype, out)
+    np.testing.assert_array_equal(out, decode_rows(stored, dtype)[3:7])  # bit for bit, zero rows included
+
+
+def test_a_scratch_map_keeps_its_rows_after_its_pages_are_released_and_writes_as_np_save_does(tmp_path):
+    from gradian.index.codecs.npy import write_npy
+    from gradian.index.mapped import release_pages
+
+    rows = encode_rows(_rows(seed=3, n=64, dim=4096), "float16")
+    scratch = np.lib.format.open_memmap(tmp_path / "shard.scratch", mode="w+", dtype=rows.dtype, shape=rows.shape)
+    for start in range(0, 64, 8):  # filled batch by batch, pages handed back after each, as the build does
+        scratch[start:start + 8] = rows[start:start + 8]
+        release_pages(scratch)
+    np.testing.assert_array_equal(scratch, rows)
+    write_npy(tmp_path / "mapped.npy", scratch)
+    write_npy(tmp_path / "plain.npy", rows)
+    assert (tmp_path / "mapped.npy").read_bytes() == (tmp_path / "plain.npy").read_bytes()
+    release_pages(rows)  # an in-memory array: nothing to do
+
+
 def test_npy_codec_is_registered_and_reads_memory_mapped(tmp_path):
     from gradian.plugins import get_plugins
 

@@ -25,17 +25,6 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
-@pytest.fixture
-def hub_cache(tmp_path, monkeypatch):
-    """An empty local Hugging Face cache that huggingface_hub looks in."""
-    from huggingface_hub import constants
-
-    root = tmp_path / "hf-hub"
-    root.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
-    return root
-
-
 def put_in_hub_cache(root: Path, repo_id: str, source: Path) -> Path:
     """Lay out ``source``'s files the way huggingface_hub caches a downloaded snapshot."""
     commit = "0123456789abcdef0123456789abcdef01234567"

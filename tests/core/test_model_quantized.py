@@ -36,17 +36,6 @@ def adapter_trained_on(source: Path, target: Path, base_name: str) -> Path:
 
 
 @pytest.fixture
-def hub_cache(tmp_path, monkeypatch):
-    """An empty local Hugging Face cache that huggingface_hub looks in."""
-    from huggingface_hub import constants
-
-    root = tmp_path / "hf-hub"
-    root.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
-    return root
-
-
-@pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     cache = tmp_path / "gradian-cache"
     monkeypatch.setenv("GRADIAN_CACHE_DIR", str(cache))

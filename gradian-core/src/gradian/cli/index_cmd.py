@@ -88,11 +88,12 @@ def summary_line(index: Any) -> str:
     projection = manifest.projection
     kind = "exact" if projection is None else f"projected to {projection['dim']}"
     size = index.disk_bytes() / 1e6
+    shards = len(manifest.shards)
     state = "reused" if index.reused else "built"
     timing = "" if index.reused else f" in {manifest.build.get('seconds', 0):.1f} s"
     return (f"index {manifest.index_id} {state}{timing}: {manifest.num_examples} examples x {manifest.dim} "
             f"({kind}, {manifest.storage_dtype}), {len(manifest.blocks) // 2} LoRA blocks, "
-            f"{len(manifest.shards)} shards, {size:.1f} MB")
+            f"{shards} shard{'' if shards == 1 else 's'}, {size:.1f} MB")
 
 
 def index_notes(index: Any) -> list[str]:

@@ -177,7 +177,7 @@ def _run(paths: DemoPaths, scenario: str, seed: int, base_model: str, config: Gr
         summary = _diagnose(paths, files, cfg, base_model, echo)
 
     with _timed(timings, "attribute"):
-        report, attribution_timings, cached = _attribute(paths, files, cfg, base_model, progress, placement)
+        report, attribution_timings, cached = _attribute(paths, files, cfg, base_model, progress, echo, placement)
         if cached:
             reused.append("attribute")
     timings["total"] = round(time.perf_counter() - started, 3)
@@ -346,7 +346,8 @@ def report_key(base_model: str, files: ScenarioFiles, adapter: Path, config: Gra
 
 
 def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
-               progress: ProgressFactory | None, placement: Placement) -> tuple[dict[str, Any], dict[str, float], bool]:
+               progress: ProgressFactory | None, echo: Echo,
+               placement: Placement) -> tuple[dict[str, Any], dict[str, float], bool]:
     """Attribute the regression, or reuse the report of an identical earlier run; True when reused."""
     adapter = paths.train / "adapter"
     key = report_key(base_model, files, adapter, config, placement)
@@ -366,7 +367,8 @@ def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, ba
                "--index", str(paths.index), "--config", str(config_path), "--out", str(paths.report)]
     outcome = attribute(base_model=base_model, adapter=adapter, dataset=files.train, out=paths.report,
                         eval_dataset=files.eval, run=paths.train / "run", config=config, index_dir=paths.index,
-                        progress=progress, command=command, device=placement.device, dtype=placement.dtype)
+                        progress=progress, command=command, say=echo, device=placement.device,
+                        dtype=placement.dtype)
     _write_key(key_path, key)
     return outcome.report, dict(outcome.timings), False
 

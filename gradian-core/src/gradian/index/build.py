@@ -26,8 +26,15 @@ from gradian.index.directory import (
 )
 from gradian.index.distributed import RankContext, rank_context
 from gradian.index.dtypes import decode_rows, encode_rows, storage_numpy_dtype
+from gradian.index.mapped import release_pages
 from gradian.index.plan import BuildPlan, ExampleMeta, default_index_dir, encode_pass, make_plan
-from gradian.index.sizing import IndexEstimate, check_free_disk, estimate_index, written_bytes
+from gradian.index.sizing import (
+    IN_MEMORY_SHARD_BYTES,
+    IndexEstimate,
+    check_free_disk,
+    estimate_index,
+    written_bytes,
+)
 from gradian.index.stats import StatsAccumulator
 from gradian.index.store import Index, get_codec
 
@@ -35,10 +42,6 @@ __all__ = ["ProgressCallback", "build_index", "default_index_dir"]
 
 # (examples done, examples to do) after every batch; the CLI turns it into a progress bar.
 ProgressCallback = Callable[[int, int], None]
-
-# A shard bigger than this is assembled in a scratch memory map instead of RAM (exact gradients of a
-# real model are ~10 MB per example, so a 256-example shard would otherwise need 2.5 GB).
-IN_MEMORY_SHARD_BYTES = 512 * 1024 * 1024
 
 
 def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, out: Path | str | None = None, *,
@@ -135,6 +138,7 @@ def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: lis
         stored, stats = compute_shard(plan, number, capture, encoded, [examples[i].id for i in rows],
                                       grads.batch_size, pad_id, advance)
         write_shard(plan, number, stored, stats)
+        del stored  # unmapped before the next shard's scratch is made
         computed += len(rows)
     return computed
 
@@ -160,6 +164,7 @@ def compute_shard(plan: BuildPlan, number: int, capture: Any, encoded: Sequence[
         _check_finite(decoded, [ids[i] for i in members], f"the {plan.storage_dtype} gradient")
         stats.add(decoded)
         stored[members] = encoded_rows
+        release_pages(stored)  # a scratch shard's written rows wait in the page cache, not in this process
         advance(len(members))
     return stored, stats
 

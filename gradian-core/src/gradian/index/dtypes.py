@@ -7,6 +7,8 @@ so a zero gradient (an example with no supervised tokens) never becomes NaN down
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 STORAGE_DTYPES: dict[str, np.dtype] = {
@@ -56,10 +58,17 @@ def decode_rows(stored: np.ndarray, name: str) -> np.ndarray:
 
 def decode_rows_into(stored: np.ndarray, name: str, out: np.ndarray) -> None:
     """Stored rows of the named dtype decoded straight into the float32 array ``out`` (no temporary copy)."""
-    if name in ("float32", "float16"):
+    if name == "float32":
         out[...] = stored
-    elif name == "bfloat16":
-        np.left_shift(stored, np.uint32(16), out=out.view(np.uint32), dtype=np.uint32)
+    elif name in ("float16", "bfloat16"):
+        # torch's half -> float cast is vectorized and threaded: ~8x numpy's on 2 cores, bit for bit the same.
+        import torch
+
+        half = np.ascontiguousarray(stored).view(np.uint16)
+        with warnings.catch_warnings():  # a read-only memory map: torch only reads it here
+            warnings.simplefilter("ignore", UserWarning)
+            source = torch.from_numpy(half).view(torch.float16 if name == "float16" else torch.bfloat16)
+        torch.from_numpy(out).copy_(source)
     else:
         raise ValueError(f"unknown storage dtype {name!r}")
 

@@ -15,9 +15,14 @@ def write_npy(path: Path, array: Any) -> None:
     """Write ``array`` to ``path`` as a ``.npy`` file and flush it to disk (the caller renames it into place)."""
     import numpy as np
 
+    from gradian.index.mapped import write_mapped_npy
+
     # A file handle, not a path: np.save appends ".npy" to path names that lack it (temp names do).
     with open(path, "wb") as handle:
-        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+        if isinstance(array, np.memmap) and array.ndim >= 1:
+            write_mapped_npy(handle, array)  # the same bytes as np.save, without the whole map becoming resident
+        else:
+            np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
         handle.flush()
         os.fsync(handle.fileno())
 
