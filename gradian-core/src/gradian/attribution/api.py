@@ -18,6 +18,7 @@ import numpy as np
 
 from gradian.config import GradianConfig
 from gradian.errors import ConfigError, GradientIndexError
+from gradian.memory import release_freed_memory
 
 # stage name -> a (done, total) progress callback, or None for no progress display
 ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
@@ -52,6 +53,7 @@ class _Stages:
         try:
             yield self.progress(name) if self.progress is not None else None
         finally:
+            release_freed_memory()  # the next stage starts from what is live, not this one's high-water mark
             self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - started, 3)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from gradian.config import GradianConfig, build_config
 from gradian.demo.scenarios import Scenario, ScenarioFiles, make_scenario
 from gradian.errors import ConfigError
+from gradian.memory import release_freed_memory
 from gradian.model.placement import Placement, resolve_placement
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
@@ -207,6 +208,7 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     try:
         yield
     finally:
+        release_freed_memory()  # training's freed activations must not sit under the attribution that follows
         timings[name] = round(time.perf_counter() - started, 3)
 
 
