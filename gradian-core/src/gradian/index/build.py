@@ -8,6 +8,7 @@ files are the ones a single process writes.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 
 from gradian.errors import DatasetError, GradientIndexError
 from gradian.index.directory import (
+    BUILD_STATE,
     check_out_dir,
     finalize,
     finished_shard,
@@ -100,10 +102,6 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples:
 
 def _resumable_bytes(plan: BuildPlan) -> int:
     """Bytes already written by an interrupted build of this same index (a build of other inputs is discarded)."""
-    import json
-
-    from gradian.index.directory import BUILD_STATE
-
     state = plan.partial_dir / BUILD_STATE
     try:
         same = state.is_file() and state.read_text(encoding="utf-8") == json.dumps(plan.build_state(), sort_keys=True)
