@@ -483,7 +483,7 @@ def markdown(report: dict[str, Any]) -> str:
                   f"{g['pass_flops'] / 1e9:.0f} GFLOP take at least {g['pass_floor_seconds']:.1f} s at that rate: the {GOAL_SECONDS:.0f} s goal "
                   "is a question of how much of the two cores this process gets. The library's scorer is timed on the leading "
                   "rows (its cost is linear in rows) with its default budget scaled to the slice, so it makes the passes it makes "
-                  "over the whole index; its products are float64 column slabs, not one float32 GEMM."]
+                  "over the whole index: one when the score matrix fits its score budget, two otherwise."]
     lines += ["", f"## Top {s['k']} through faiss (recall against the streamed scores)", "",
               "| method | build s | memory | query s (64 queries) | recall@k |", "|---|---|---|---|---|"]
     flat = r["faiss_flat"]
@@ -537,9 +537,9 @@ def conclusion(report: dict[str, Any]) -> list[str]:
         f"streamed.** Every row's score is needed. One pass over {s['rows']:,} rows took {warm['seconds']:.1f} s warm and "
         f"{cold['seconds']:.1f} s cold ({warm['gb_per_s']:.2f} / {cold['gb_per_s']:.2f} GB/s of float16) on shared cores "
         f"({warm['cpu_seconds'] / report['threads']:.1f} s of CPU time per thread warm), in bounded memory. The library's `score_examples` would take about {lib['seconds_at_full_rows']:.0f} s "
-        f"({_passes(lib['passes'])}, float64 slab products; measured on {lib['rows']:,} rows) and {one['seconds_at_full_rows']:.0f} s "
-        f"when the {s['rows'] * s['queries'] * 8 / 1e6:.0f} MB score matrix may be held: its products, not the reading, are "
-        "the cost at this size.",
+        f"({_passes(lib['passes'])}; measured on {lib['rows']:,} rows) and {one['seconds_at_full_rows']:.0f} s "
+        f"when the {s['rows'] * s['queries'] * 8 / 1e6:.0f} MB score matrix may be held (one pass: the streamed pass plus "
+        "per-item statistics and the top k).",
         f"- **Only the top k, index in RAM**: {flat_line}.",
         f"- **Only the top k, index far beyond RAM -> faiss IVF + exact re-rank.** Streaming is then bound by the disk: at this "
         f"run's cold {cold['gb_per_s']:.2f} GB/s a query batch costs about {1000 / cold['gb_per_s'] / 60:.0f} min per TB of "
