@@ -21,8 +21,6 @@ Prints tables and writes JSON and markdown:
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import json
 import os
 import platform
@@ -65,11 +63,9 @@ QUANTIZERS = {"SQ8": "QT_8bit", "SQ4": "QT_4bit"}
 
 def _trim() -> None:
     """Return freed memory to the system, so one method's arrays do not sit in the next one's memory."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
+    from gradian.memory import release_freed_memory
+
+    release_freed_memory()
 
 
 def mem_available_gb() -> float:

@@ -47,13 +47,11 @@ def encode_rows(rows: np.ndarray, name: str) -> np.ndarray:
 
 def decode_rows(stored: np.ndarray, name: str) -> np.ndarray:
     """Stored rows of the named dtype -> a new float32 array (never a view of a memory map)."""
-    if name == "float32":
-        return np.array(stored, dtype=np.float32, copy=True)
-    if name == "float16":
-        return np.asarray(stored).astype(np.float32)
-    if name == "bfloat16":
-        return (np.asarray(stored).astype(np.uint32) << np.uint32(16)).view(np.float32)
-    raise ValueError(f"unknown storage dtype {name!r}")
+    if name not in STORAGE_DTYPES:
+        raise ValueError(f"unknown storage dtype {name!r}")
+    out = np.empty(np.shape(stored), dtype=np.float32)
+    decode_rows_into(stored, name, out)
+    return out
 
 
 def decode_rows_into(stored: np.ndarray, name: str, out: np.ndarray) -> None:
