@@ -45,8 +45,11 @@ def exact_config(scenario: Any) -> Any:
     return config.replace(grads=dataclasses.replace(config.grads, projection_dim=None, storage_dtype="float32"))
 
 
-def sketcher(capture: Any, plan: Any) -> Any:
-    """A function mapping exact flat gradients [n, exact dim] to the plan's sketched rows [n, plan.dim]."""
+def sketcher(capture: Any, plan: Any, whitening: Any = None) -> Any:
+    """A function mapping exact flat gradients [n, exact dim] to the plan's sketched rows [n, plan.dim].
+
+    With a ``whitening`` each matrix gradient is scaled by its outer product of scales first, as the capture does.
+    """
     import torch
 
     from gradian.grads.projection import FactoredProjection
@@ -59,7 +62,11 @@ def sketcher(capture: Any, plan: Any) -> Any:
         offset = 0
         for index, entry in enumerate(layout):
             g = torch.from_numpy(np.ascontiguousarray(rows[:, entry.offset:entry.offset + entry.size]))
-            s = projection.sketch_gradient(index, g.reshape(rows.shape[0], *entry.shape)).reshape(rows.shape[0], -1)
+            g = g.reshape(rows.shape[0], *entry.shape)
+            if whitening is not None:
+                row_scale, col_scale = whitening.scales[index]
+                g = row_scale[:, None] * g * col_scale[None, :]
+            s = projection.sketch_gradient(index, g).reshape(rows.shape[0], -1)
             out[:, offset:offset + s.shape[1]] = s.numpy()
             offset += s.shape[1]
         return out
@@ -77,31 +84,57 @@ def variant_rows(index: Any, transform: Any, dtype: str) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def default_blame(rows: np.ndarray, queries: np.ndarray, attribution: Any) -> np.ndarray:
-    """The shipped default scoring over in-memory rows: diagonal preconditioner from their second moment."""
+def fit_whitening(index: Any, capture: Any, seed: int, attribution: Any) -> Any:
+    """The scales a projected build fits: E[g^2] of the exact rows at the build's seeded sample positions."""
+    import torch
+
+    from gradian.grads.whitening import MomentAccumulator, sample_positions
+
+    positions = sample_positions(index.num_examples, seed)
+    rows = np.asarray(index.rows(positions), dtype=np.float32)
+    moments = MomentAccumulator(capture.exact_shapes())
+    moments.examples = len(positions)
+    for number, entry in enumerate(capture.block_layout):
+        part = np.ascontiguousarray(rows[:, entry.offset:entry.offset + entry.size]).reshape(len(positions), *entry.shape)
+        moments.add(number, torch.from_numpy(part))
+    return moments.whitening(damping=attribution.damping, damping_ratio=attribution.damping_ratio)
+
+
+def default_blame(rows: np.ndarray, queries: np.ndarray, attribution: Any, *, whitened: bool = False) -> np.ndarray:
+    """The shipped default scoring over in-memory rows: the diagonal preconditioner, from their second moment unless
+    the rows and queries were scaled by it before the sketch (then P = I here)."""
     from gradian.attribution.preconditioners import IndexStatistics, from_config
     from gradian.attribution.scoring import ArraySource, score_examples
 
     moment = np.einsum("ij,ij->j", rows, rows, dtype=np.float64) / rows.shape[0]
-    stats = IndexStatistics(dim=rows.shape[1], second_moment=moment, projected=True)
+    stats = IndexStatistics(dim=rows.shape[1], second_moment=moment, projected=True,
+                            whitening={"scheme": "factored-diagonal-v1"} if whitened else None)
     pre = from_config(dataclasses.replace(attribution, preconditioner="diagonal"), stats)
     scores = score_examples(ArraySource(rows), queries, preconditioner=pre, aggregation="mean", top_k=20)
     return np.asarray(scores.blame, dtype=np.float64)
 
 
-def variants(capture: Any, budgets: list[int], fixed: list[int], seed: int) -> list[tuple[str, Any, str, int]]:
-    """(name, plan or None, storage dtype, stored width) of every variant scored."""
-    from gradian.grads.projection import exact_width, plan_auto_projection, plan_projection
+def variants(capture: Any, budgets: list[int], fixed: list[int], seed: int) -> list[tuple[str, Any, str, int, bool]]:
+    """(name, plan or None, storage dtype, stored width, whitened) of every variant scored.
+
+    Projected variants are whitened, as the shipped build does; the default budget is also scored the way a
+    projected index was before (diagonal preconditioner estimated on the sketched rows), for comparison.
+    """
+    from gradian.grads.projection import AUTO_BUDGET, exact_width, plan_auto_projection, plan_projection
 
     exact = exact_width(capture.blocks)
-    out: list[tuple[str, Any, str, int]] = [("exact float32", None, "float32", exact),
-                                            ("exact float16", None, "float16", exact)]
+    out: list[tuple[str, Any, str, int, bool]] = [("exact float32", None, "float32", exact, False),
+                                                  ("exact float16", None, "float16", exact, False)]
     for budget in budgets:
         plan = plan_auto_projection(capture.blocks, seed, budget)
-        if plan is not None:
-            out.append((f"auto {budget:,} float16", plan, "float16", plan.dim))
+        if plan is None:
+            continue
+        out.append((f"auto {budget:,} float16", plan, "float16", plan.dim, True))
+        if budget == AUTO_BUDGET:
+            out.append((f"auto {budget:,} float16, sketch-space diagonal (before)", plan, "float16", plan.dim, False))
     for dim in fixed:
-        out.append((f"fixed {dim:,} float16 (old split)", plan_projection(capture.blocks, dim, seed), "float16", dim))
+        out.append((f"fixed {dim:,} float16 (old split)", plan_projection(capture.blocks, dim, seed), "float16", dim,
+                    True))
     return out
 
 
@@ -126,12 +159,13 @@ def score_case(workdir: Path, base_model: str, budgets: list[int], fixed: list[i
     queries = query(case, "contrastive")
     row: dict[str, Any] = {"kind": kind, "seed": int(seed), "status": "scored", "variants": {}}
     reference = None
-    for name, plan, dtype, width in variants(case.capture, budgets, fixed, config.grads.seed):
+    whitening = fit_whitening(case.index, case.capture, config.grads.seed, config.attribution)
+    for name, plan, dtype, width, whitened in variants(case.capture, budgets, fixed, config.grads.seed):
         began = time.perf_counter()
-        sketch = sketcher(case.capture, plan) if plan is not None else None
+        sketch = sketcher(case.capture, plan, whitening if whitened else None) if plan is not None else None
         rows = variant_rows(case.index, sketch, dtype)
         q = sketch(queries.astype(np.float32)) if sketch is not None else queries
-        blame = default_blame(rows, q, config.attribution)
+        blame = default_blame(rows, q, config.attribution, whitened=whitened)
         del rows
         metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows, sources, scenario.planted_cluster)
         reference = blame if reference is None else reference
@@ -169,18 +203,23 @@ def real_check(workdir: Path, base_model: str, budget: int, scratch: Path) -> di
     case = load_case(workdir, base_model, config, report)
     queries = query(case, "contrastive")
     plan = plan_auto_projection(case.capture.blocks, config.grads.seed, budget)
-    sketch = sketcher(case.capture, plan)
+    whitening = fit_whitening(case.index, case.capture, config.grads.seed, config.attribution)
+    sketch = sketcher(case.capture, plan, whitening)
     sketched = default_blame(variant_rows(case.index, sketch, "float16"), sketch(queries.astype(np.float32)),
-                             config.attribution)
+                             config.attribution, whitened=True)
     projected = config.replace(grads=dataclasses.replace(config.grads, projection_dim="auto", storage_dtype="float16"))
+    # SmolLM2's adapter is small enough for ``auto`` to keep it exact; lower the limits so it sketches to ``budget``.
+    import gradian.grads.projection as projection
+
+    projection.AUTO_EXACT_LIMIT, projection.AUTO_BUDGET = 0, budget
     began = time.perf_counter()
     index = build_index(case.loaded, case.examples, projected, scratch)
     seconds = time.perf_counter() - began
-    capture = GradientCapture.from_config(case.loaded, projected.grads)
-    assert capture.dim == plan.dim, "the auto plan of the config must be the plan sketched"
+    capture = GradientCapture.for_index(case.loaded, projected.grads, index)
+    assert index.whitening() is not None, "a projected index scored with the diagonal is whitened"
     real_queries = query(dataclasses.replace(case, capture=capture, config=projected), "contrastive")
     real_rows = variant_rows(index, None, "float32")
-    real = default_blame(real_rows, real_queries, projected.attribution)
+    real = default_blame(real_rows, real_queries, projected.attribution, whitened=True)
     return {"case": workdir.name, "budget": budget, "spearman_real_vs_sketched": spearman(real, sketched),
             "top20_overlap": len(set(np.argsort(-real)[:20]) & set(np.argsort(-sketched)[:20])) / 20,
             "max_abs_row_difference": float(np.abs(real_rows - variant_rows(case.index, sketch, "float16")).max()),

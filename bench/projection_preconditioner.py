@@ -2,14 +2,17 @@
 
 On finished accuracy cases (exact float32 index, as bench/projection.py uses), the default scoring (contrastive
 query, mean aggregation) is run with the diagonal preconditioner diag(1 / (E[g^2] + lambda)), lambda = 0.1 x the
-mean of E[g^2], computed four ways, each against exact gradients:
+mean of E[g^2], computed six ways, each against exact gradients:
 
   none                       no preconditioner: the sketch's noise alone
-  sketch-space diagonal      what a projected index does today: E[g^2] of the sketched rows
+  sketch-space diagonal      what a projected index did before: E[g^2] of the sketched rows
   precondition, then sketch  rows and query scaled by 1/sqrt(E[g^2] + lambda) in exact space, then sketched
   exact-space query only     the query preconditioned in exact space, then sketched; rows sketched as stored
+  64-row diagonal, then sketch   as "precondition, then sketch", E[g^2] from a seeded sample of 64 rows only
+  64-row factored, then sketch   the same sample, E[g^2] fitted per matrix as row x column (what a build ships)
 
-    .venv/bin/python bench/projection_preconditioner.py --cases /work/bench-cases fact-0 format-0
+    .venv/bin/python bench/projection_preconditioner.py --cases /work/bench-cases fact-0 fact-1 format-0 span-0 \
+        --budgets 262144
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # projection, accuracy
 RESULTS = Path(__file__).resolve().parent / "results" / "projection_preconditioner"
 DAMPING_RATIO = 0.1  # attribution.damping_ratio's default
 ROWS_PER_SKETCH = 32
+SAMPLE_ROWS = 64  # rows a build would see before it sketches
 
 
 def _blame(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -39,6 +43,31 @@ def _weights(rows: np.ndarray) -> np.ndarray:
     """1 / sqrt(E[g^2] + lambda) per coordinate: preconditioning both sides by it is the diagonal preconditioner."""
     moment = np.einsum("ij,ij->j", rows, rows, dtype=np.float64) / rows.shape[0]
     return (1.0 / np.sqrt(moment + DAMPING_RATIO * moment.mean())).astype(np.float32)
+
+
+def _factored_weights(rows: np.ndarray, layout: Any) -> np.ndarray:
+    """Per LoRA matrix, a rank-1 (row x column) fit of 1 / sqrt(E[g^2] + lambda): what a factored capture can apply.
+
+    E[g^2] of a matrix is fitted by its row means r_i and column means c_j (Adafactor's factoring:
+    E[g^2]_ij ~ r_i c_j / m, m the matrix mean), and lambda is split between the two factors, so
+    w_ij = sqrt(m) / sqrt((r_i + lambda / 2) (c_j + lambda / 2)).
+    """
+    moment = np.einsum("ij,ij->j", rows, rows, dtype=np.float64) / rows.shape[0]
+    lam = DAMPING_RATIO * moment.mean()
+    out = np.zeros_like(moment)
+    for entry in layout:
+        m = moment[entry.offset:entry.offset + entry.size].reshape(entry.shape)
+        mean = m.mean()
+        a = 1.0 / np.sqrt(m.mean(axis=1) + lam / 2)
+        b = 1.0 / np.sqrt(m.mean(axis=0) + lam / 2)
+        out[entry.offset:entry.offset + entry.size] = (np.sqrt(mean) * np.outer(a, b)).reshape(-1)
+    return out.astype(np.float32)
+
+
+def _sample(rows: np.ndarray, count: int) -> np.ndarray:
+    """A seeded sample of ``count`` rows: what a build sees before it sketches."""
+    picked = np.sort(np.random.default_rng(0).choice(rows.shape[0], size=min(count, rows.shape[0]), replace=False))
+    return rows[picked]
 
 
 def _sketched(sketch: Any, rows: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
@@ -75,8 +104,11 @@ def decompose(workdir: Path, budgets: list[int]) -> dict[str, Any]:
 
     w = _weights(rows)
     exact_none, exact_diagonal = _blame(rows, queries), _blame(rows * w, queries * w)
+    factored = _factored_weights(_sample(rows, SAMPLE_ROWS), case.capture.block_layout)
+    exact_factored = _blame(rows * factored, queries * factored)
     out: dict[str, Any] = {"case": workdir.name, "exact": {"none": measured(exact_none, exact_none),
-                                                           "diagonal": measured(exact_diagonal, exact_diagonal)}}
+                                                           "diagonal": measured(exact_diagonal, exact_diagonal),
+                                                           "factored": measured(exact_factored, exact_diagonal)}}
     for budget in budgets:
         sketch = sketcher(case.capture, plan_auto_projection(case.capture.blocks, config.grads.seed, budget))
         plain = _sketched(sketch, rows, None)
@@ -86,6 +118,14 @@ def decompose(workdir: Path, budgets: list[int]) -> dict[str, Any]:
                 "exact-space query only": (_blame(plain, sketch(queries * w * w)), exact_diagonal)}
         del plain
         ways["precondition, then sketch"] = (_blame(_sketched(sketch, rows, w), sketch(queries * w)), exact_diagonal)
+        sample = _sample(rows, SAMPLE_ROWS)
+        ws = _weights(sample)
+        ways[f"{SAMPLE_ROWS}-row diagonal, then sketch"] = (_blame(_sketched(sketch, rows, ws), sketch(queries * ws)),
+                                                            exact_diagonal)
+        wf = _factored_weights(sample, case.capture.block_layout)
+        ways[f"{SAMPLE_ROWS}-row factored, then sketch"] = (_blame(_sketched(sketch, rows, wf), sketch(queries * wf)),
+                                                            exact_diagonal)
+        del sample
         out[f"auto {budget:,}"] = {name: measured(blame, reference) for name, (blame, reference) in ways.items()}
         print(f"  {workdir.name} auto {budget:,}: " + "; ".join(
             f"{name} {m['recall_at_k']:.2f} / {m['auprc']:.2f} / {m['spearman_vs_exact']:.3f}"
@@ -103,7 +143,10 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
         ways = list(case[widths[0]]) if widths else []
         lines += [f"## {case['case']}", "",
                   f"exact: none {case['exact']['none']['recall_at_k']:.2f} / {case['exact']['none']['auprc']:.2f}, "
-                  f"diagonal {case['exact']['diagonal']['recall_at_k']:.2f} / {case['exact']['diagonal']['auprc']:.2f}",
+                  f"diagonal {case['exact']['diagonal']['recall_at_k']:.2f} / {case['exact']['diagonal']['auprc']:.2f}, "
+                  f"{SAMPLE_ROWS}-row factored diagonal (unsketched) "
+                  f"{case['exact']['factored']['recall_at_k']:.2f} / {case['exact']['factored']['auprc']:.2f} / "
+                  f"{case['exact']['factored']['spearman_vs_exact']:.3f}",
                   "", "| width | " + " | ".join(ways) + " |", "|---|" + "---|" * len(ways)]
         for width in widths:
             lines.append(f"| {width} | " + " | ".join(

@@ -18,10 +18,10 @@ from tests.core.test_index_cli import write_dataset
 REPO = Path(__file__).resolve().parents[2]
 
 
-def index_argv(base, adapter, dataset, out) -> list[str]:
+def index_argv(base, adapter, dataset, out, *extra: str) -> list[str]:
     # batch 1 and 2-example shards: many shards, so the kill lands between the first and the last.
     return ["index", "--base-model", str(base), "--adapter", str(adapter), "--dataset", str(dataset), "--out", str(out),
-            "--set", "grads.shard_size=2", "--set", "grads.batch_size=1", "--set", "grads.storage_dtype=bfloat16"]
+            "--set", "grads.shard_size=2", "--set", "grads.batch_size=1", "--set", "grads.storage_dtype=bfloat16", *extra]
 
 
 def index_files(directory: Path) -> dict[str, bytes]:
@@ -34,12 +34,15 @@ def index_files(directory: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_is_byte_identical(tmp_path, tiny_base_dir, tiny_adapter_dir, capsys):
+@pytest.mark.parametrize("extra", [(), ("--set", "grads.projection_dim=96")], ids=["exact", "projected"])
+def test_sigkill_then_resume_is_byte_identical(tmp_path, tiny_base_dir, tiny_adapter_dir, capsys, extra):
+    """A projected build also keeps the scales it measured before its first shard: resumed shards use the same."""
     dataset = write_dataset(tmp_path / "train.jsonl", count=80)
     killed = tmp_path / "killed"
     partial = tmp_path / ".killed.partial"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-m", "gradian", *index_argv(tiny_base_dir, tiny_adapter_dir, dataset, killed)],
+    argv = [sys.executable, "-m", "gradian", *index_argv(tiny_base_dir, tiny_adapter_dir, dataset, killed, *extra)]
+    child = subprocess.Popen(argv,
                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 180
@@ -57,11 +60,14 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, tiny_base_dir, tiny_ada
     finished = sorted(p.name for p in partial.glob("shard-*.json"))
     assert 1 <= len(finished) < 40, finished  # killed mid-build
     assert not killed.exists()  # the index appears only when it is complete
+    scales = (partial / "whitening.safetensors").read_bytes() if extra else None
 
-    assert main(index_argv(tiny_base_dir, tiny_adapter_dir, dataset, killed)) == 0
-    assert main(index_argv(tiny_base_dir, tiny_adapter_dir, dataset, tmp_path / "whole")) == 0
+    assert main(index_argv(tiny_base_dir, tiny_adapter_dir, dataset, killed, *extra)) == 0
+    assert main(index_argv(tiny_base_dir, tiny_adapter_dir, dataset, tmp_path / "whole", *extra)) == 0
     capsys.readouterr()
     resumed = json.loads((killed / "manifest.json").read_text())["build"]
     assert resumed["computed_examples"] <= 80 - 2 * len(finished)  # finished shards were not recomputed
     assert not partial.exists()
     assert index_files(killed) == index_files(tmp_path / "whole")
+    if extra:
+        assert (killed / "whitening.safetensors").read_bytes() == scales

@@ -113,7 +113,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     with stages.stage("query gradients"):
         from gradian.grads.capture import GradientCapture
 
-        capture = GradientCapture.from_config(loaded, config.grads)
+        capture = GradientCapture.for_index(loaded, config.grads, index)  # queries scaled as the rows were
         if capability is not None:
             queries, item_ids = _eval_queries(capture, loaded, capability, eval_items, config, signal_choice)
         else:
@@ -155,8 +155,10 @@ def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_byte
     blocks = tuple(BlockMoment(b.name, b.offset, b.width,
                                stats.block_second_moment(b.name) if b.name in stats.matrices else None)
                    for b in stats.blocks)
+    whitening = index.whitening()
     return IndexStatistics(dim=index.dim, second_moment=stats.second_moment(), blocks=blocks,
-                           projected=index.manifest.projection is not None)
+                           projected=index.manifest.projection is not None,
+                           whitening=None if whitening is None else whitening.info)
 
 
 # What each section of the index id covers, for the error that names why an index does not fit.
@@ -165,7 +167,7 @@ _SPEC_PARTS = (
     ("base_model", "another base model"),
     ("compute", "another device or base dtype"),
     ("dataset", "another training set (or the same rows in another order)"),
-    ("grads", "other gradient settings (grads.*)"),
+    ("grads", "other gradient settings (grads.*, or attribution.preconditioner for a projected index)"),
     ("seed", "another grads.seed"),
     ("damping", "other attribution.damping settings"),
     ("libraries", "other library versions"),

@@ -38,6 +38,7 @@ class IndexStatistics:
     second_moment: np.ndarray | None = None
     blocks: tuple[BlockMoment, ...] = ()
     projected: bool = False  # stored vectors are a random projection, not the LoRA gradients themselves
+    whitening: Mapping[str, Any] | None = None  # how rows and queries were scaled before the sketch, if they were
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +80,8 @@ def fit_preconditioner(kind: str, stats: IndexStatistics, *, damping: float | No
                        damping_ratio: float = 0.1, adam_exp_avg_sq: np.ndarray | None = None,
                        adam_eps: float = DEFAULT_ADAM_EPS) -> Preconditioner:
     """The preconditioner ``kind`` (none | diagonal | block | adam) fitted from the index statistics."""
+    if stats.whitening is not None:
+        return _applied_at_capture(kind, stats)
     if kind == "none":
         return Preconditioner(kind="none", dim=stats.dim, knobs={"kind": "none"})
     if kind == "diagonal":
@@ -164,6 +167,19 @@ def adam_preconditioner(exp_avg_sq: np.ndarray, *, eps: float = DEFAULT_ADAM_EPS
     scale = 1.0 / (np.sqrt(v) + eps)
     knobs = {"kind": "adam", "eps": float(eps), "mean_sqrt_v": float(np.sqrt(v).mean()) if v.size else 0.0}
     return Preconditioner(kind="adam", dim=v.size, knobs=knobs, scale=scale)
+
+
+def _applied_at_capture(kind: str, stats: IndexStatistics) -> Preconditioner:
+    """The diagonal preconditioner of a whitened index: already in every row and query, so P = I here."""
+    if kind != "diagonal":
+        raise GradientIndexError(
+            f"this index's rows were scaled by the diagonal preconditioner before they were sketched, so the "
+            f"{kind} preconditioner cannot be applied to them",
+            "build the index with the same attribution.preconditioner you score with (gradian index --config), "
+            "or use attribution.preconditioner diagonal",
+        )
+    knobs = {"kind": "diagonal", "applied": "before the sketch (factored from exact gradients)", **stats.whitening}
+    return Preconditioner(kind="diagonal", dim=stats.dim, knobs=knobs, scale=np.ones(stats.dim))
 
 
 def _adam_unavailable(stats: IndexStatistics) -> GradianError:

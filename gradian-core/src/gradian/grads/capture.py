@@ -8,7 +8,7 @@ The batch loss is the sum of the examples' own losses, so nothing mixes between 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import torch
 from gradian.grads.batch import Batch, as_batch
 from gradian.grads.loss import REDUCTIONS, SupervisedLoss, supervised_loss, supervised_positions
 from gradian.grads.projection import FactoredProjection, ProjectionPlan, resolve_projection
+from gradian.grads.whitening import MomentAccumulator, Whitening
 from gradian.model.lora_blocks import LoraBlock, block_modules
 
 
@@ -78,6 +79,8 @@ class GradientCapture:
         self._modules = [block_modules(loaded.model, block, loaded.adapter_name) for block in self.blocks]
         plan = resolve_projection(self.blocks, projection_dim, seed)
         self.projection: FactoredProjection | None = FactoredProjection(plan) if plan is not None else None
+        # Scales applied to each matrix's factors before the sketch (a projected index's diagonal preconditioner).
+        self.whitening: Whitening | None = None
         self.block_layout: tuple[LayoutEntry, ...] = self._layout()
         self.dim: int = plan.dim if plan is not None else self.block_layout[-1].offset + self.block_layout[-1].size
 
@@ -86,6 +89,13 @@ class GradientCapture:
         """A capture configured by a GradsConfig (module_filter, projection_dim, seed, loss_reduction)."""
         return cls(loaded, blocks, projection_dim=grads.projection_dim, seed=grads.seed,
                    loss_reduction=grads.loss_reduction, module_filter=grads.module_filter)
+
+    @classmethod
+    def for_index(cls, loaded: Any, grads: Any, index: Any) -> GradientCapture:
+        """A capture whose gradients live in ``index``'s space: its settings, and its scaling before the sketch."""
+        capture = cls.from_config(loaded, grads)
+        capture.whitening = index.whitening()
+        return capture
 
     @property
     def projection_plan(self) -> ProjectionPlan | None:
@@ -120,17 +130,46 @@ class GradientCapture:
 
     def capture_full(self, batch: Batch | Mapping[str, Any]) -> CapturedBatch:
         """Per-example gradients with their losses and supervised-token counts."""
+        batch = as_batch(batch).to(self.loaded.device)
+        result = torch.zeros((batch.size, self.dim), dtype=torch.float32, device=self.loaded.device)
+        traced = self._trace(batch)
+        if traced is None:  # nothing supervised: a zero gradient, never a NaN
+            zeros = torch.zeros(batch.size, dtype=torch.float32)
+            return CapturedBatch(result.to(self.output_device), zeros, torch.zeros(batch.size, dtype=torch.long), 0)
+        recorder, grads, loss, width = traced
+        with torch.no_grad():  # the products below are data, not part of any graph
+            for index, gradient in self._matrix_gradients(recorder, grads, loss, batch.size, width, exact=False):
+                entry = self.block_layout[index]
+                result[:, entry.offset:entry.offset + entry.size] = gradient.reshape(batch.size, -1)
+        del recorder, grads  # drop the batch's activations before returning
+        return CapturedBatch(result.to(self.output_device), loss.per_example.float().cpu(),
+                             loss.token_counts.cpu(), loss.logit_rows)
+
+    def measure_moments(self, batch: Batch | Mapping[str, Any], moments: MomentAccumulator) -> None:
+        """Add the batch's exact, unscaled matrix gradients to ``moments`` (what a whitening is fitted from)."""
+        batch = as_batch(batch).to(self.loaded.device)
+        traced = self._trace(batch)
+        moments.examples += batch.size
+        if traced is None:
+            return
+        recorder, grads, loss, width = traced
+        with torch.no_grad():
+            for index, gradient in self._matrix_gradients(recorder, grads, loss, batch.size, width, exact=True):
+                moments.add(index, gradient)
+
+    def exact_shapes(self) -> list[tuple[int, int]]:
+        """(rows, cols) of every LoRA matrix gradient, in layout order."""
+        return [shape for block in self.blocks for shape in ((block.r, block.d_in), (block.d_out, block.r))]
+
+    def _trace(self, batch: Batch) -> tuple[_Recorder, list[torch.Tensor | None], SupervisedLoss, int] | None:
+        """One forward and one backward of the batch with the hooks on; None when nothing in it is supervised."""
         if torch.is_inference_mode_enabled():
             raise RuntimeError("gradient capture cannot run inside torch.inference_mode(); call it outside that context")
         model = self.loaded.model
         model.eval()
-        device = self.loaded.device
-        batch = as_batch(batch).to(device)
         positions = supervised_positions(batch.labels)
-        result = torch.zeros((batch.size, self.dim), dtype=torch.float32, device=device)
-        if positions.count == 0:  # nothing supervised: a zero gradient, never a NaN
-            zeros = torch.zeros(batch.size, dtype=torch.float32)
-            return CapturedBatch(result.to(self.output_device), zeros, torch.zeros(batch.size, dtype=torch.long), 0)
+        if positions.count == 0:
+            return None
         recorder = _Recorder(len(self.blocks))
         handles = []
         try:
@@ -143,11 +182,7 @@ class GradientCapture:
         finally:
             for handle in handles:
                 handle.remove()
-        with torch.no_grad():  # the products below are data, not part of any graph
-            self._fill(result, recorder, grads, loss, batch.size, positions.width)
-        del recorder, grads  # drop the batch's activations before returning
-        return CapturedBatch(result.to(self.output_device), loss.per_example.float().cpu(),
-                             loss.token_counts.cpu(), loss.logit_rows)
+        return recorder, grads, loss, positions.width
 
     def _backward(self, loss: SupervisedLoss, recorder: _Recorder) -> list[torch.Tensor | None]:
         """dL/dz and dL/dy_B of every recorded call, from one backward; LoRA .grad is never touched."""
@@ -157,29 +192,32 @@ class GradientCapture:
         wanted = [t for calls in recorder.mids for t in calls] + [t for calls in recorder.outs for t in calls]
         return list(torch.autograd.grad(loss.total, wanted, allow_unused=True))
 
-    def _fill(self, result: torch.Tensor, recorder: _Recorder, grads: list[torch.Tensor | None],
-              loss: SupervisedLoss, size: int, width: int) -> None:
+    def _matrix_gradients(self, recorder: _Recorder, grads: list[torch.Tensor | None], loss: SupervisedLoss,
+                          size: int, width: int, *, exact: bool) -> Iterator[tuple[int, torch.Tensor]]:
+        """(layout index, per-example gradients [B, rows, cols]) of every matrix, summed over its calls."""
         calls = sum(len(c) for c in recorder.mids)
         mid_grads, out_grads = iter(grads[:calls]), iter(grads[calls:])
         for index in range(len(self.blocks)):
-            entry_a, entry_b = self.block_layout[2 * index], self.block_layout[2 * index + 1]
             total_a = total_b = None
             for x, z, y in zip(recorder.inputs[index], recorder.mids[index], recorder.outs[index], strict=True):
                 a, b = next(mid_grads), next(out_grads)
                 a = torch.zeros_like(z) if a is None else a
                 b = torch.zeros_like(y) if b is None else b
-                ga = self._per_example(2 * index, a, x, loss, size, width)
-                gb = self._per_example(2 * index + 1, b, z, loss, size, width)
+                ga = self._per_example(2 * index, a, x, loss, size, width, exact)
+                gb = self._per_example(2 * index + 1, b, z, loss, size, width, exact)
                 total_a = ga if total_a is None else total_a + ga
                 total_b = gb if total_b is None else total_b + gb
-            result[:, entry_a.offset:entry_a.offset + entry_a.size] = total_a.reshape(size, -1)
-            result[:, entry_b.offset:entry_b.offset + entry_b.size] = total_b.reshape(size, -1)
+            yield 2 * index, total_a
+            yield 2 * index + 1, total_b
 
     def _per_example(self, sketch_index: int, out_grad: torch.Tensor, inp: torch.Tensor, loss: SupervisedLoss,
-                     size: int, width: int) -> torch.Tensor:
-        """sum_t out_t^T in_t per example, [B, rows, cols] (sketched sides projected before the product)."""
+                     size: int, width: int, exact: bool = False) -> torch.Tensor:
+        """sum_t out_t^T in_t per example, [B, rows, cols] (scaled, then sketched, before the product unless exact)."""
         out_grad, inp = out_grad.float(), inp.float()
-        if self.projection is not None:
+        if self.whitening is not None and not exact:
+            row_scale, col_scale = self.whitening.matrices(sketch_index, out_grad.device)
+            out_grad, inp = out_grad * row_scale, inp * col_scale
+        if self.projection is not None and not exact:
             rows, cols = self.projection.matrices(sketch_index, out_grad.device)
             out_grad = out_grad if rows is None else out_grad @ rows.T
             inp = inp if cols is None else inp @ cols.T

@@ -30,8 +30,8 @@ from gradian.model.lora_blocks import LoraBlock
 
 SCHEME = "factored-gaussian-v1"
 AUTO = "auto"
-# Exact gradients up to this width (8 MiB per example in float16): projection costs recall (bench/projection.py),
-# so it is paid only where exact rows would not fit (SmolLM2-135M r=8 on 7 projections: 2.4M, exact; Llama-3.2-1B
+# Exact gradients up to this width (8 MiB per example in float16): projection costs some recall (0.013 recall@k at
+# AUTO_BUDGET, bench/projection.py), so it is paid only where exact rows would not fit (SmolLM2-135M r=8 on 7 projections: 2.4M, exact; Llama-3.2-1B
 # r=16: 11.3M and Llama-3-8B r=16: 41.9M, projected).
 AUTO_EXACT_LIMIT = 4_194_304
 # Numbers stored per example by a projected default index (512 KiB in float16), chosen with bench/projection.py.

@@ -19,15 +19,18 @@ import numpy as np
 from gradian.errors import DatasetError, GradientIndexError
 from gradian.index.directory import (
     BUILD_STATE,
+    WHITENING_NAME,
     check_out_dir,
     finalize,
     finished_shard,
     prepare_partial,
+    read_whitening,
     reusable_index,
     write_shard,
 )
 from gradian.index.distributed import RankContext, rank_context
 from gradian.index.dtypes import decode_rows, encode_rows, storage_numpy_dtype
+from gradian.index.manifest import write_atomic
 from gradian.index.mapped import release_pages
 from gradian.index.plan import BuildPlan, ExampleMeta, default_index_dir, encode_pass, make_plan
 from gradian.index.sizing import (
@@ -92,6 +95,10 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples:
     check_free_disk(estimate, plan.out_dir, already_written=_resumable_bytes(plan))
     started = time.monotonic()
     ranks.together(lambda: prepare_partial(plan) if ranks.is_main else None)
+    if plan.whitening is not None:
+        ranks.together(lambda: _measure_whitening(plan, capture, examples, tokenizer, grads, _damping(plan), say)
+                       if ranks.is_main else None)
+        capture.whitening = ranks.together(lambda: read_whitening(plan.partial_dir, capture))
     computed = ranks.together(lambda: _run_shards(plan, ranks, capture, examples, tokenizer, grads, progress))
     computed = ranks.all_reduce_sum([computed])[0]
     timing = {"seconds": round(time.monotonic() - started, 3), "world_size": ranks.world_size,
@@ -139,6 +146,39 @@ def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: lis
         del stored  # unmapped before the next shard's scratch is made
         computed += len(rows)
     return computed
+
+
+def _damping(plan: BuildPlan) -> tuple[float | None, float]:
+    """(damping, damping_ratio) the index id was made with."""
+    damping = plan.spec["damping"]
+    return damping["damping"], damping["damping_ratio"]
+
+
+def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], tokenizer: Any, grads: Any,
+                       damping: tuple[float | None, float], say: Callable[[str], None] | None) -> None:
+    """Fit the scaling applied before the sketch from exact gradients of a seeded sample (kept when resuming)."""
+    from gradian.data import encode
+    from gradian.grads.batch import collate
+    from gradian.grads.whitening import MomentAccumulator, sample_positions
+
+    path = plan.partial_dir / WHITENING_NAME
+    if path.is_file():
+        return
+    positions = sample_positions(len(examples), plan.spec["seed"], plan.whitening["sample_rows"])
+    if say is not None:
+        say(f"measuring gradient scales on {len(positions)} rows before sketching")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    encoded = sorted((encode(examples[i], tokenizer, grads.max_seq_length) for i in positions),
+                     key=lambda e: len(e.input_ids))
+    moments = MomentAccumulator(capture.exact_shapes())
+    for start in range(0, len(encoded), grads.batch_size):
+        capture.measure_moments(collate(encoded[start:start + grads.batch_size], pad_id, "right"), moments)
+    whitening = moments.whitening(damping=damping[0], damping_ratio=damping[1])
+    try:
+        write_atomic(path, whitening.save)
+    except OSError as error:
+        raise GradientIndexError(f"could not write {path}: {error.strerror or error}",
+                                 f"free disk space or pass a writable --out (now {plan.out_dir})") from None
 
 
 def compute_shard(plan: BuildPlan, number: int, capture: Any, encoded: Sequence[Any], ids: Sequence[str],

@@ -36,7 +36,10 @@ from gradian.index.manifest import (
 )
 from gradian.index.plan import BuildPlan, ExampleMeta
 from gradian.index.stats import StatsAccumulator, sum_partials
-from gradian.index.store import Index
+from gradian.index.store import WHITENING_NAME, Index, read_whitening
+
+__all__ = ["BUILD_STATE", "WHITENING_NAME", "check_out_dir", "finalize", "finished_shard", "prepare_partial",
+           "read_whitening", "reusable_index", "shard_names", "write_shard"]
 
 BUILD_STATE = "build.json"
 
@@ -199,7 +202,8 @@ def _manifest(plan: BuildPlan, shards: list[ShardInfo], metas: Sequence[ExampleM
         shards=tuple(shards),
         spec=plan.spec,
         sources=plan.sources,
-        files={STATS_NAME: sha256_file(partial / STATS_NAME), EXAMPLES_NAME: sha256_file(partial / EXAMPLES_NAME)},
+        files={name: sha256_file(partial / name) for name in (STATS_NAME, EXAMPLES_NAME, WHITENING_NAME)
+               if name != WHITENING_NAME or plan.whitening is not None},
         totals={
             "supervised_tokens": sum(m.num_supervised for m in metas),
             "truncated_examples": sum(m.truncated for m in metas),

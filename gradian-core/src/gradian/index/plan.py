@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.grads.whitening import whitening_spec
 from gradian.index.manifest import FORMAT_VERSION, ID_LIBRARIES, BlockInfo, compute_index_id, library_versions
 from gradian.index.stats import StatBlock, plan_stat_blocks
 from gradian.records import CodecSpec
@@ -61,6 +62,11 @@ class BuildPlan:
     def shard_rows(self, number: int) -> range:
         """Dataset positions of one shard."""
         return range(number * self.shard_size, min(self.num_examples, (number + 1) * self.shard_size))
+
+    @property
+    def whitening(self) -> dict[str, Any] | None:
+        """The spec of the scaling applied before the sketch, or None."""
+        return self.spec["grads"].get("whitening")
 
     def build_state(self) -> dict[str, Any]:
         """What a partial directory must match to be resumed."""
@@ -144,6 +150,9 @@ def make_plan(loaded: Any, capture: Any, config: Any, examples: Sequence[Any], i
         "damping": {"damping": config.attribution.damping, "damping_ratio": config.attribution.damping_ratio},
         "libraries": {name: versions[name] for name in ID_LIBRARIES},
     }
+    whitening = whitening_spec(plan_json is not None, config.attribution.preconditioner, len(examples))
+    if whitening is not None:  # absent, not null, otherwise: the ids of unwhitened indexes stay what they were
+        spec["grads"]["whitening"] = whitening
     index_id = compute_index_id(spec)
     sources = {
         "base_model": loaded.base_model_name,

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,6 +37,7 @@ DEFAULT_CHUNK_BYTES = 256 << 20
 # Block second-moment matrices, computed on demand (only the block preconditioner reads them) and cached here.
 BLOCK_STATS_NAME = "block-stats.npy"
 BLOCK_STATS_RECORD = "block-stats.json"
+WHITENING_NAME = "whitening.safetensors"  # a projected index's scales applied before the sketch
 
 
 def rows_per_chunk(chunk_bytes: int, dim: int) -> int:
@@ -59,9 +59,8 @@ def get_codec(name: str) -> CodecSpec:
     return codecs[name]
 
 
-@dataclass(frozen=True)
-class ExampleRow:
-    """What the index knows about one example besides its gradient."""
+class ExampleRow(NamedTuple):
+    """What the index knows about one example besides its gradient (a tuple: a million are made per open)."""
 
     id: str
     num_tokens: int
@@ -121,13 +120,11 @@ class Index:
     @cached_property
     def examples(self) -> tuple[ExampleRow, ...]:
         """Per-example metadata, in row order."""
-        rows = []
-        with open(self.path / EXAMPLES_NAME, encoding="utf-8") as handle:
-            for line in handle:
-                data = json.loads(line)
-                rows.append(ExampleRow(data["id"], int(data["num_tokens"]), int(data["num_supervised"]),
-                                       bool(data["truncated"])))
-        return tuple(rows)
+        text = (self.path / EXAMPLES_NAME).read_text(encoding="utf-8")
+        # One JSON array parse: about twice as fast as a json.loads per line at a million rows.
+        records = json.loads("[" + ",".join(line for line in text.splitlines() if line) + "]")
+        return tuple(ExampleRow(data["id"], int(data["num_tokens"]), int(data["num_supervised"]), bool(data["truncated"]))
+                     for data in records)
 
     @cached_property
     def example_ids(self) -> tuple[str, ...]:
@@ -174,6 +171,14 @@ class Index:
         vector = accumulator.to_vector()
         self._cache_block_vector(vector)
         return stats.with_block_vector(vector)
+
+    def whitening(self) -> Any:
+        """The scaling applied before the sketch (``gradian.grads.whitening.Whitening``), or None when unscaled."""
+        if self.manifest.spec["grads"].get("whitening") is None:
+            return None
+        path = self.path / WHITENING_NAME
+        self._check_checksum(path, self.manifest.files.get(WHITENING_NAME, ""), WHITENING_NAME)
+        return read_whitening(self.path, len(self.manifest.blocks))
 
     def disk_bytes(self) -> int:
         """Bytes the index takes on disk (every file in its directory)."""
@@ -312,6 +317,19 @@ class Index:
             what = f"shard {name}" if name.startswith("shard-") else name
             raise GradientIndexError(f"{what} of {self.path} does not match its checksum (corrupted or modified)",
                                      "rebuild the index with gradian index (delete the directory first)")
+
+
+def read_whitening(directory: Path, matrices: Any) -> Any:
+    """The whitening file of an index (or build) directory, for ``matrices`` LoRA matrices (or a capture's)."""
+    from gradian.grads.whitening import Whitening
+
+    count = matrices if isinstance(matrices, int) else len(matrices.block_layout)
+    path = Path(directory) / WHITENING_NAME
+    try:
+        return Whitening.load(path, count)
+    except (OSError, ValueError) as error:
+        raise GradientIndexError(f"the gradient scales {path} cannot be read ({error})",
+                                 "rebuild the index with gradian index (delete the directory first)") from None
 
 
 def open_index(path: Path, *, verify: bool = True) -> Index:
