@@ -108,11 +108,12 @@ def test_unknown_metric(capsys, tiny_base_dir, tiny_adapter_dir, files):
     assert not files["out"].exists()
 
 
-def test_contrastive_with_loglik(capsys, tiny_base_dir, tiny_adapter_dir, files):
+@pytest.mark.parametrize("signal", ["contrastive", "divergence", "margin"])
+def test_a_paired_signal_with_loglik(capsys, tiny_base_dir, tiny_adapter_dir, files, signal):
     code, err = attribute_cli(capsys, tiny_base_dir, tiny_adapter_dir, "--set", "evaluation.metric=loglik",
-                              "--set", "evaluation.query_signal=contrastive", dataset=files["train"],
+                              "--set", f"evaluation.query_signal={signal}", dataset=files["train"],
                               eval_dataset=files["eval"], out=files["out"])
-    assert_one_line_error(code, err, "contrastive needs generated text", "loglik", "use a text metric")
+    assert_one_line_error(code, err, f"{signal} needs generated text", "loglik", "use a text metric")
     assert not files["out"].exists()
 
 

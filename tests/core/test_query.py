@@ -82,3 +82,58 @@ def test_span_blames_add_up_to_the_example_blame(setup):
     whole = -(capture.capture(batch)[0].detach().double().numpy() @ query)
     rest = -(capture.capture(batch.with_labels(restrict_labels(batch.labels, ~covered)))[0].detach().double().numpy() @ query)
     assert sum(s.blame for s in spans) + rest == pytest.approx(whole, rel=1e-4)
+
+
+def _supervised_text(tokenizer, encoded) -> str:
+    return tokenizer.decode([token for token in encoded.labels if token != -100])
+
+
+def test_divergence_supervises_each_answer_from_the_first_token_that_differs(setup):
+    from gradian.data import encode_answer
+    from gradian.query.signals import diverged
+
+    tokenizer = setup[0]
+    wanted = encode_answer(PROMPT, "The capital of France is Paris.", tokenizer, 64)
+    generated = encode_answer(PROMPT, "The capital of France is Rome, I think.", tokenizer, 64)
+    w, g = diverged(wanted, generated)
+    assert w.input_ids == wanted.input_ids and g.input_ids == generated.input_ids  # the shared prefix stays as context
+    assert _supervised_text(tokenizer, w).strip().startswith("Paris.")
+    assert _supervised_text(tokenizer, g).strip().startswith("Rome, I think.")
+    assert w.num_supervised == sum(token != -100 for token in w.labels) < wanted.num_supervised
+    first_w, first_g = diverged(wanted, generated, first_only=True)
+    assert first_w.num_supervised == first_g.num_supervised == 1
+    first_token = _supervised_text(tokenizer, first_w).strip()
+    assert first_token and "Paris".startswith(first_token)  # the wanted answer's first differing token alone
+    # An answer that stops where the other goes on diverges at its end-of-turn; equal answers never diverge.
+    short, longer = diverged(encode_answer(PROMPT, "Paris", tokenizer, 64),
+                             encode_answer(PROMPT, "Paris is the capital.", tokenizer, 64), first_only=True)
+    assert short.num_supervised == longer.num_supervised == 1
+    assert diverged(wanted, encode_answer(PROMPT, "The capital of France is Paris.", tokenizer, 64)) is None
+
+
+def test_margin_is_the_autograd_gradient_of_the_first_divergent_tokens_losses(setup):
+    from gradian.data import encode_answer
+    from gradian.query.signals import diverged
+    from tests.core.test_grads_exact import reference_gradient
+
+    tokenizer, loaded, capture = setup
+    right = Item("q1", "Paris", "The capital of France is Paris.", "The capital of France is Rome.", 1.0, 0.0)
+    margin = query_gradients(capture, tokenizer, [right], {"q1": PROMPT}, "margin", max_seq_length=64)
+    w, g = diverged(encode_answer(PROMPT, right.base_output, tokenizer, 64),
+                    encode_answer(PROMPT, right.finetuned_output, tokenizer, 64), first_only=True)
+    want = (reference_gradient(loaded, capture, {"input_ids": list(w.input_ids), "labels": list(w.labels)}, "sum")
+            - reference_gradient(loaded, capture, {"input_ids": list(g.input_ids), "labels": list(g.labels)}, "sum"))
+    np.testing.assert_allclose(margin.vectors[0], want.numpy(), rtol=1e-4, atol=1e-6 * float(want.abs().max()))
+    assert margin.signal == "margin" and margin.terms[0].wanted_source == "base generation"
+
+    divergence = query_gradients(capture, tokenizer, [right], {"q1": PROMPT}, "divergence", max_seq_length=64)
+    assert np.linalg.norm(divergence.vectors[0]) > 0
+    w_all, g_all = diverged(encode_answer(PROMPT, right.base_output, tokenizer, 64),
+                            encode_answer(PROMPT, right.finetuned_output, tokenizer, 64))
+    rows = [capture.capture(collate([e], tokenizer.pad_token_id))[0].detach().numpy() for e in (w_all, g_all)]
+    expected = rows[0] / np.linalg.norm(rows[0]) - rows[1] / np.linalg.norm(rows[1])
+    np.testing.assert_allclose(divergence.vectors[0], expected, rtol=1e-5, atol=1e-7)
+    # A pair that never diverges is contrasted whole, as the contrastive signal does (here: zero).
+    same = Item("q2", "Paris", "Paris.", "Paris.", 1.0, 0.0)
+    assert not np.any(query_gradients(capture, tokenizer, [same], {"q2": PROMPT}, "divergence",
+                                      max_seq_length=64).vectors)

@@ -6,12 +6,14 @@ Measured on this fixture (seed 0; 144 training rows, 14 planted; 18 eval items, 
 
 | scenario | query signal | preconditioner | planted cluster rank (z) | accused | recall@14 | first planted row |
 |---|---|---|---|---|---|---|
-| substitution | contrastive, auto | diagonal | 1 (8.92) | planted | 0.86 | rank 1 |
-| substitution | classic | diagonal | 1 (2.18) | none (family-wise p 0.11) | 0.36 | rank 3 |
-| substitution | classic | none | 2 (1.21) | none | 0.43 | rank 6 |
+| substitution | contrastive | diagonal | 1 (9.63) | planted | 0.79 | rank 1 |
+| substitution | divergence | diagonal | 1 (9.25) | planted | 0.79 | rank 1 |
+| substitution | margin, auto | diagonal | 1 (4.52) | planted | 0.57 | rank 1 |
+| substitution | classic | diagonal | 1 (2.07) | none (family-wise p 0.11) | 0.29 | rank 2 |
+| substitution | classic | none | 2 (1.21) | none | 0.14 | rank 11 |
 | span | contrastive | diagonal | 1 (11.2) | planted | 1.00 | rank 1 |
 
-Span drill-down puts the planted wrong sentence on top for 13 of the 14 failing items.
+Span drill-down puts the planted wrong sentence on top for 14 of the 14 failing items.
 """
 
 from __future__ import annotations
@@ -105,21 +107,28 @@ def test_the_fixture_regression_is_real(scenarios):
         assert len(scenario.planted_positions) <= 0.1 * sum(1 for _ in scenario.train_path.open())
 
 
-@pytest.mark.parametrize("signal", ["contrastive", "auto"])
-def test_contrastive_and_auto_blame_the_planted_cluster_first(substitution, contrastive, signal, tmp_path):
+# Below the recall@14 measured on this fixture (module docstring): the tiny model's one-token answers give the
+# single-token margin less to go on than on SmolLM2, where it ranks best (bench/results/query_signals.md).
+RECALL_FLOOR = {"contrastive": 0.7, "divergence": 0.7, "margin": 0.5}
+
+
+@pytest.mark.parametrize("signal", ["contrastive", "margin", "divergence", "auto"])
+def test_paired_signals_and_auto_blame_the_planted_cluster_first(substitution, contrastive, signal, tmp_path):
     outcome = contrastive if signal == "contrastive" else run(substitution, tmp_path / "report",
-                                                              "evaluation.query_signal=auto")
+                                                              f"evaluation.query_signal={signal}")
     report = outcome.report
     assert_significant_regression(report)
-    assert report["query_signal"]["requested"] == signal and report["query_signal"]["effective"] == "contrastive"
+    effective = "margin" if signal == "auto" else signal
+    assert report["query_signal"]["requested"] == signal and report["query_signal"]["effective"] == effective
     ranking = planted_ranking(report, substitution)
     print(f"\n{signal}: {ranking}")
     assert ranking["cluster_rank"] == 1
     assert ranking["accused"] == PLANTED_SOURCE and ranking["p_adjusted"] < 0.05
-    assert ranking["recall_at_k"] >= 0.7
+    assert ranking["recall_at_k"] >= RECALL_FLOOR[effective]
     assert report["verdict"]["headline"] == f"Attributed: cluster `{PLANTED_SOURCE}` is blamed."
-    if signal == "auto":  # auto with a text metric is contrastive: the same blame, the same ranking
-        assert report["top_examples"] == contrastive.report["top_examples"]
+    if signal == "auto":  # auto with a text metric is margin: the same blame, the same ranking
+        margin = run(substitution, tmp_path / "margin", "evaluation.query_signal=margin")
+        assert report["top_examples"] == margin.report["top_examples"]
 
 
 def item_results(report: dict) -> list:

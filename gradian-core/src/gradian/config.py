@@ -48,7 +48,8 @@ class EvaluationConfig:
     """How the capability is measured on the eval set."""
 
     metric: str = _opt("exact_match", "per-item score", choices=("exact_match", "contains", "token_f1", "loglik"))
-    query_signal: str = _opt("auto", "query gradient", choices=("classic", "contrastive", "auto"))
+    query_signal: str = _opt("auto", "query gradient",
+                             choices=("classic", "contrastive", "divergence", "margin", "auto"))
     require_significant: bool = _opt(True, "refuse to attribute when the delta's CI includes zero")
     bootstrap_samples: int = _opt(10000, "paired bootstrap resamples", min=100)
     confidence: float = _opt(0.95, "confidence level of the delta's interval", min=0.5, max=0.999)

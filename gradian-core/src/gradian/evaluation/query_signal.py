@@ -1,4 +1,4 @@
-"""Which query signal a metric allows: `auto` resolved, `contrastive` with `loglik` refused."""
+"""Which query signal a metric allows: `auto` resolved, a signal that contrasts with generated text refused with `loglik`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from gradian.errors import EvaluationError
 from gradian.evaluation.metrics import get_metric
 
-QUERY_SIGNALS = ("classic", "contrastive", "auto")
+QUERY_SIGNALS = ("classic", "contrastive", "divergence", "margin", "auto")
+PAIRED_SIGNALS = ("contrastive", "divergence", "margin")  # each contrasts the wanted answer with the generated one
 
 LOGLIK_AUTO_NOTE = (
     "evaluation.query_signal is auto and evaluation.metric is loglik, which generates no text to contrast with, "
@@ -34,13 +35,14 @@ def validate_query_signal(metric: str, query_signal: str) -> QuerySignalChoice:
             f"unknown query signal {query_signal!r}",
             "set evaluation.query_signal to one of " + ", ".join(QUERY_SIGNALS),
         )
-    if query_signal == "contrastive" and not text_metric:
+    if query_signal in PAIRED_SIGNALS and not text_metric:
         raise EvaluationError(
-            f"evaluation.query_signal contrastive needs generated text, and evaluation.metric {metric} generates none",
-            "use a text metric (exact_match, contains, token_f1) with contrastive, or query_signal auto or classic",
+            f"evaluation.query_signal {query_signal} needs generated text, and evaluation.metric {metric} generates none",
+            f"use a text metric (exact_match, contains, token_f1) with {query_signal}, or query_signal auto or classic",
         )
     if query_signal == "auto":
         if text_metric:
-            return QuerySignalChoice(requested="auto", effective="contrastive")
+            # margin ranked the planted rows best of the paired signals (bench/results/query_signals.md)
+            return QuerySignalChoice(requested="auto", effective="margin")
         return QuerySignalChoice(requested="auto", effective="classic", note=LOGLIK_AUTO_NOTE)
     return QuerySignalChoice(requested=query_signal, effective=query_signal)

@@ -10,6 +10,10 @@ made the failure more likely.
   before subtracting: wanted and generated answers differ in length and format, and a raw difference is the
   classic signal again (METHODS.md). Where the base model answered the item correctly, its own generation is
   the "wanted" term: a minimal pair with the fine-tuned generation, in the model's own format.
+- divergence: the contrastive pair supervised only from the first answer token where the two differ, both
+  conditioned on the shared prefix ("The capital of New Zealand is"), so what they share contributes nothing.
+- margin: the same pair supervised on that first divergent token alone, and not unit-normalized: the gradient of
+  log p(generated token) - log p(wanted token) at the divergence, the margin Kronfluence's measurements use.
 """
 
 from __future__ import annotations
@@ -21,7 +25,12 @@ from typing import Any
 import numpy as np
 
 from gradian.data import encode_answer
+from gradian.data.encode import Encoded
 from gradian.errors import EvaluationError
+
+SIGNALS = ("classic", "contrastive", "divergence", "margin")
+PAIRED = ("contrastive", "divergence", "margin")  # signals that contrast with the fine-tuned generation
+IGNORE = -100
 
 
 @dataclass(frozen=True)
@@ -56,15 +65,46 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
 def _gradients(capture: Any, tokenizer: Any, pairs: Sequence[tuple[Sequence[Any], str]], max_seq_length: int,
                batch_size: int) -> np.ndarray:
     """Per-answer gradients of loss(answer | prompt), through the same capture path as the index."""
+    encoded = [encode_answer(prompt, answer, tokenizer, max_seq_length) for prompt, answer in pairs]
+    return _encoded_gradients(capture, tokenizer, encoded, batch_size)
+
+
+def _encoded_gradients(capture: Any, tokenizer: Any, encoded: Sequence[Encoded], batch_size: int) -> np.ndarray:
+    """Per-example gradients of already encoded (and masked) examples."""
     from gradian.grads import collate
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    encoded = [encode_answer(prompt, answer, tokenizer, max_seq_length) for prompt, answer in pairs]
     rows = []
     for start in range(0, len(encoded), batch_size):
         batch = collate(encoded[start:start + batch_size], pad_id)
         rows.append(capture.capture(batch).detach().numpy())
     return np.concatenate(rows, axis=0) if rows else np.zeros((0, capture.dim), dtype=np.float32)
+
+
+def diverged(wanted: Encoded, generated: Encoded, *, first_only: bool = False) -> tuple[Encoded, Encoded] | None:
+    """Both answers supervised only from their first differing answer token (only that token with ``first_only``).
+
+    None when one answer ends where the other goes on with no supervised token left to compare, or they are equal.
+    """
+    left, right = wanted.supervised_positions, generated.supervised_positions
+    step = 0
+    while (step < len(left) and step < len(right) and left[step] == right[step]
+           and wanted.input_ids[left[step]] == generated.input_ids[right[step]]):
+        step += 1
+    if step >= len(left) or step >= len(right):
+        return None
+    return _supervise_from(wanted, left[step], first_only), _supervise_from(generated, right[step], first_only)
+
+
+def _supervise_from(encoded: Encoded, position: int, first_only: bool) -> Encoded:
+    """``encoded`` with labels before ``position`` (and after it, with ``first_only``) masked out."""
+    import dataclasses
+
+    labels = [label if t >= position and (not first_only or t == position) else IGNORE
+              for t, label in enumerate(encoded.labels)]
+    kept = [(start, end) for start, end in encoded.supervised_segments if end > position]
+    return dataclasses.replace(encoded, labels=tuple(labels), num_supervised=sum(1 for x in labels if x != IGNORE),
+                               supervised_segments=tuple(kept), answer_char_offsets=())
 
 
 def _wanted(item: Any, metric_better: bool) -> tuple[str, str]:
@@ -76,25 +116,30 @@ def _wanted(item: Any, metric_better: bool) -> tuple[str, str]:
 
 def query_gradients(capture: Any, tokenizer: Any, items: Sequence[Any], prompts: Mapping[str, Sequence[Any]],
                     signal: str, *, max_seq_length: int, batch_size: int = 8) -> QueryGradients:
-    """Query vectors for eval items (ItemResult rows) under the classic or contrastive signal.
+    """Query vectors for eval items (ItemResult rows) under one of ``SIGNALS``.
 
     ``prompts`` maps an item id to its prompt messages (everything before the wanted answer).
     """
-    if signal not in ("classic", "contrastive"):
-        raise ValueError(f"signal must be classic or contrastive after resolving auto, not {signal!r}")
+    if signal not in SIGNALS:
+        raise ValueError(f"signal must be one of {', '.join(SIGNALS)} after resolving auto, not {signal!r}")
     if not items:
         raise EvaluationError("there are no eval items to build a query from",
                               "the eval set has no item the fine-tuned model got worse on")
     terms, wanted_pairs, generated_pairs = [], [], []
+    paired = signal in PAIRED
     for item in items:
-        if signal == "contrastive" and not item.finetuned_output:
+        if paired and not item.finetuned_output:
             raise EvaluationError(f"eval item {item.id} has no fine-tuned generation to contrast with",
-                                  "use a text metric (exact_match, contains, token_f1) with the contrastive signal")
+                                  f"use a text metric (exact_match, contains, token_f1) with the {signal} signal")
         base_right = item.base_score > item.finetuned_score
-        text, source = _wanted(item, base_right) if signal == "contrastive" else (item.wanted, "eval answer")
-        terms.append(QueryTerm(item.id, text, source, item.finetuned_output if signal == "contrastive" else None))
+        text, source = _wanted(item, base_right) if paired else (item.wanted, "eval answer")
+        terms.append(QueryTerm(item.id, text, source, item.finetuned_output if paired else None))
         wanted_pairs.append((prompts[item.id], text))
         generated_pairs.append((prompts[item.id], item.finetuned_output or ""))
+    if signal in ("divergence", "margin"):
+        vectors = _divergence_vectors(capture, tokenizer, wanted_pairs, generated_pairs, max_seq_length, batch_size,
+                                      first_only=signal == "margin")
+        return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
     wanted = _gradients(capture, tokenizer, wanted_pairs, max_seq_length, batch_size)
     if signal == "classic":
         vectors = wanted
@@ -102,3 +147,22 @@ def query_gradients(capture: Any, tokenizer: Any, items: Sequence[Any], prompts:
         generated = _gradients(capture, tokenizer, generated_pairs, max_seq_length, batch_size)
         vectors = _unit(wanted) - _unit(generated)
     return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
+
+
+def _divergence_vectors(capture: Any, tokenizer: Any, wanted_pairs: Sequence[tuple[Sequence[Any], str]],
+                        generated_pairs: Sequence[tuple[Sequence[Any], str]], max_seq_length: int, batch_size: int,
+                        *, first_only: bool) -> np.ndarray:
+    """wanted minus generated, each supervised from the pair's divergence (unit terms unless ``first_only``).
+
+    A pair that never diverges within the supervised tokens is contrasted whole, as the contrastive signal does.
+    """
+    wanted, generated = [], []
+    for (prompt, wanted_text), (_, generated_text) in zip(wanted_pairs, generated_pairs, strict=True):
+        w = encode_answer(prompt, wanted_text, tokenizer, max_seq_length)
+        g = encode_answer(prompt, generated_text, tokenizer, max_seq_length)
+        pair = diverged(w, g, first_only=first_only)
+        wanted.append(pair[0] if pair is not None else w)
+        generated.append(pair[1] if pair is not None else g)
+    w_rows = _encoded_gradients(capture, tokenizer, wanted, batch_size)
+    g_rows = _encoded_gradients(capture, tokenizer, generated, batch_size)
+    return w_rows - g_rows if first_only else _unit(w_rows) - _unit(g_rows)

@@ -1,0 +1,129 @@
+"""Query signals and self-influence normalization on finished accuracy cases (issue 12's methods 1 and 5).
+
+For each finished case (a demo work dir of bench/accuracy.py: the trained adapter, the report, the exact index),
+the training rows are ranked by the default scoring (diagonal preconditioner, mean of item z-scores) under:
+
+- query signals: contrastive (the shipped default: whole answers, unit terms), divergence (the same pair supervised
+  from its first differing token, conditioned on the shared prefix), margin (the first divergent token alone, raw);
+- self-influence normalization of the contrastive blame: blame_i / (g_i P g_i)^(alpha / 2) for several alpha
+  (0 = raw dot, the default; 1 = RelatIF's theta-relative influence, a cosine in the preconditioner's metric).
+
+Cases are the tuning seeds (0-2): this chooses, it does not report final numbers.
+
+    .venv/bin/python bench/query_signals.py --cases /work/bench-cases fact-0 fact-1 format-0 span-0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy, accuracy_methods, projection next to this file
+
+RESULTS = Path(__file__).resolve().parent / "results" / "query_signals"
+SIGNALS = ("contrastive", "divergence", "margin")
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+ROWS_PER_READ = 32  # exact SmolLM2 rows are ~10 MB each
+
+
+def item_scores(case: Any, queries: np.ndarray, pre: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Raw blame [n, items] and each row's self-influence g P g, in one pass over the exact index."""
+    pq = pre.apply(queries).astype(np.float32)
+    scale = np.asarray(pre.scale, dtype=np.float32)
+    raw, self_influence = [], []
+    for _, chunk in case.index.iter_chunks(ROWS_PER_READ):
+        raw.append(-(chunk @ pq.T).astype(np.float64))
+        self_influence.append(np.einsum("ij,ij,j->i", chunk, chunk, scale, dtype=np.float64))
+    return np.concatenate(raw), np.concatenate(self_influence)
+
+
+def aggregated(raw: np.ndarray, self_influence: np.ndarray, alpha: float) -> np.ndarray:
+    """Mean over items of the item-standardized blame after dividing each row by its self-influence^(alpha / 2)."""
+    from gradian.attribution.aggregation import mean_zscore
+
+    touched = self_influence > 0
+    blame = np.where(touched[:, None], raw / np.where(touched, self_influence, 1.0)[:, None] ** (alpha / 2), 0.0)
+    return mean_zscore(blame, blame.mean(axis=0), blame.std(axis=0))
+
+
+def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
+    """recall@k and AUPRC of every signal and every alpha on one case."""
+    from accuracy import ranking_metrics
+    from accuracy_methods import load_case, preconditioner, query
+    from projection import exact_config
+
+    from gradian.demo.run import reproduced_planted_ids
+    from gradian.demo.scenarios import make_scenario
+
+    kind, seed = workdir.name.rsplit("-", 1)
+    scenario = make_scenario(kind, int(seed))
+    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    case = load_case(workdir, base_model, exact_config(scenario), report)
+    reproduced = reproduced_planted_ids(scenario, report)
+    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced) or None
+    sources = [str(e.fields["source"]) for e in scenario.train]
+    pre = preconditioner(case, "diagonal")
+
+    def measured(blame: np.ndarray) -> dict[str, float]:
+        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows, sources, scenario.planted_cluster)
+        return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+
+    out: dict[str, Any] = {"case": workdir.name, "kind": kind, "seed": int(seed), "items": len(case.items),
+                           "signals": {}, "alphas": {}}
+    for signal in SIGNALS:
+        raw, self_influence = item_scores(case, query(case, signal), pre)
+        out["signals"][signal] = measured(aggregated(raw, self_influence, 0.0))
+        if signal == "contrastive":
+            out["alphas"] = {str(alpha): measured(aggregated(raw, self_influence, alpha)) for alpha in ALPHAS}
+    print(f"  {workdir.name}: " + "; ".join(f"{name} {m['recall_at_k']:.2f} / {m['auprc']:.2f}"
+                                             for name, m in out["signals"].items())
+          + " | alpha " + "; ".join(f"{a} {m['recall_at_k']:.2f} / {m['auprc']:.2f}" for a, m in out["alphas"].items()),
+          flush=True)
+    return out
+
+
+def markdown(cases: list[dict[str, Any]], command: str) -> str:
+    """Two tables (signals, alphas): recall@k / AUPRC per case and the mean over cases."""
+    lines = ["# Query signals and self-influence normalization (tuning seeds)", "", f"`{command}`", "",
+             "Exact float32 index, diagonal preconditioner, mean of item z-scores; recall@k / AUPRC per case.", ""]
+    for title, key, names in (("Query signal", "signals", list(SIGNALS)),
+                              ("Self-influence power alpha (contrastive query)", "alphas", [str(a) for a in ALPHAS])):
+        lines += [f"## {title}", "", "| case | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for case in cases:
+            lines.append(f"| {case['case']} | " + " | ".join(
+                f"{case[key][n]['recall_at_k']:.2f} / {case[key][n]['auprc']:.2f}" for n in names) + " |")
+        means = [(np.mean([c[key][n]["recall_at_k"] for c in cases]), np.mean([c[key][n]["auprc"] for c in cases]))
+                 for n in names]
+        lines += ["| **mean** | " + " | ".join(f"**{r:.3f} / {p:.3f}**" for r, p in means) + " |", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score each named case and write bench/results/query_signals.json and .md."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
+    parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
+    parser.add_argument("--base-model", default="smollm2-135m-instruct")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    missing = [name for name in args.names if not (args.cases / name / "index" / "manifest.json").is_file()]
+    if missing:
+        print(f"query_signals: no finished case {', '.join(missing)} under {args.cases}", file=sys.stderr)
+        return 2
+    cases = [score_case(args.cases / name, args.base_model) for name in args.names]
+    command = "python bench/query_signals.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
+    text = markdown(cases, command)
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
