@@ -172,7 +172,8 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 # The methods scored again with the focused query (the others are slower and did not lead on every item).
-EXPLAINED_METHODS = ("gradian: margin, diagonal (default)", "gradian: contrastive, diagonal", "gradian: classic, diagonal",
+EXPLAINED_METHODS = ("gradian: divergent-token, diagonal (default)", "gradian: contrastive, diagonal",
+                     "gradian: margin, diagonal", "gradian: classic, diagonal",
                      "gradian: generated-only, diagonal", "gradian: contrastive, adam", "grad dot (TracIn, final adapter)",
                      "LESS (adam, cosine)", "DataInf", "BM25", "hidden-state cosine")
 
@@ -192,7 +193,7 @@ def query_set(case: Any, case_row: dict[str, Any]) -> dict[str, np.ndarray]:
     from accuracy_methods import query
 
     queries = {}
-    for signal in ("margin", "divergence", "contrastive", "classic", "generated"):
+    for signal in ("divergent-token", "margin", "divergence", "contrastive", "classic", "generated"):
         try:
             queries[signal] = query(case, signal)
         except Exception as error:  # e.g. a tiny model with empty generations has nothing to contrast

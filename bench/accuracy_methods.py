@@ -3,7 +3,7 @@
 Every method returns one score per training example, higher = more blamed for the regression, computed on the
 same data, adapter, gradient index and regressed eval items:
 
-- Gradian configurations: the index scored with a query signal (margin / divergence / contrastive / classic), a preconditioner
+- Gradian configurations: the index scored with a query signal (divergent-token / margin / divergence / contrastive / classic), a preconditioner
   (diagonal / none / block / adam), optional unit normalization and an aggregation (mean z-score / rank vote);
 - grad dot: TracIn at the final adapter (classic query, no preconditioner, raw dot product);
 - LESS: cosine of Adam-preconditioned train gradients with the classic query gradient;
@@ -128,9 +128,10 @@ def gradian_methods() -> dict[str, Callable[[Case, dict[str, np.ndarray]], np.nd
         return run
 
     return {
-        "gradian: margin, diagonal (default)": method("margin", "diagonal"),
+        "gradian: divergent-token, diagonal (default)": method("divergent-token", "diagonal"),
         "gradian: contrastive, diagonal": method("contrastive", "diagonal"),
         "gradian: divergence, diagonal": method("divergence", "diagonal"),
+        "gradian: margin, diagonal": method("margin", "diagonal"),
         "gradian: classic, diagonal": method("classic", "diagonal"),
         "gradian: contrastive, none": method("contrastive", "none"),
         "gradian: contrastive, block": method("contrastive", "block"),

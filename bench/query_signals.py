@@ -3,8 +3,9 @@
 For each finished case (a demo work dir of bench/accuracy.py: the trained adapter, the report, the exact index),
 the training rows are ranked by the default scoring (diagonal preconditioner, mean of item z-scores) under:
 
-- query signals: contrastive (the shipped default: whole answers, unit terms), divergence (the same pair supervised
-  from its first differing token, conditioned on the shared prefix), margin (the first divergent token alone, raw);
+- query signals: contrastive (whole answers, unit terms), divergence (the same pair supervised from its first
+  differing token, conditioned on the shared prefix), divergent-token (that token alone, unit terms), margin (that
+  token alone, raw);
 - self-influence normalization of the contrastive blame: blame_i / (g_i P g_i)^(alpha / 2) for several alpha
   (0 = raw dot, the default; 1 = RelatIF's theta-relative influence, a cosine in the preconditioner's metric).
 
@@ -26,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy, accuracy_methods, projection next to this file
 
 RESULTS = Path(__file__).resolve().parent / "results" / "query_signals"
-SIGNALS = ("contrastive", "divergence", "margin")
+SIGNALS = ("contrastive", "divergence", "divergent-token", "margin")
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 ROWS_PER_READ = 32  # exact SmolLM2 rows are ~10 MB each
 

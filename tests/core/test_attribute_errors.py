@@ -108,7 +108,7 @@ def test_unknown_metric(capsys, tiny_base_dir, tiny_adapter_dir, files):
     assert not files["out"].exists()
 
 
-@pytest.mark.parametrize("signal", ["contrastive", "divergence", "margin"])
+@pytest.mark.parametrize("signal", ["contrastive", "divergence", "divergent-token", "margin"])
 def test_a_paired_signal_with_loglik(capsys, tiny_base_dir, tiny_adapter_dir, files, signal):
     code, err = attribute_cli(capsys, tiny_base_dir, tiny_adapter_dir, "--set", "evaluation.metric=loglik",
                               "--set", f"evaluation.query_signal={signal}", dataset=files["train"],

@@ -70,7 +70,7 @@ def test_to_dict_round_trips():
         ("grads.batch_size=2.5", "grads.batch_size must be an integer"),
         ("grads.storage_dtype=int8", "one of float32, float16, bfloat16"),
         ("evaluation.metric=bleu", "one of exact_match, contains, token_f1, loglik"),
-        ("evaluation.query_signal=magic", "one of classic, contrastive, divergence, margin, auto"),
+        ("evaluation.query_signal=magic", "one of classic, contrastive, divergence, divergent-token, margin, auto"),
         ("evaluation.require_significant=maybe", "true or false"),
         ("grads.projection_dim=0", "grads.projection_dim must be an integer >= 1, auto or null"),
         ("evaluation.confidence=1.5", "in [0.5, 0.999]"),

@@ -54,7 +54,7 @@ def test_result_from_scores_names_the_regressed_items_and_keeps_their_texts():
     assert (result.bootstrap_samples, result.confidence, result.seed) == (1000, 0.95, 0)
     assert result.ci_low <= result.delta <= result.ci_high
     assert not result.significant  # 4 items with a gain among the losses is noise
-    assert result.query_signal.effective == "margin"  # auto with a text metric
+    assert result.query_signal.effective == "divergent-token"  # auto with a text metric
 
 
 def test_to_dict_is_json_and_complete():
@@ -67,7 +67,7 @@ def test_to_dict_is_json_and_complete():
     assert data["items"][0]["regressed"] is True and data["items"][1]["regressed"] is False
     assert set(data["items"][0]) >= {"id", "prompt", "wanted", "base_output", "finetuned_output", "base_score",
                                      "finetuned_score"}
-    assert data["query_signal"] == {"requested": "auto", "effective": "margin", "note": None}
+    assert data["query_signal"] == {"requested": "auto", "effective": "divergent-token", "note": None}
 
 
 def test_clear_regression_is_significant_and_identical_scores_are_not():
@@ -132,9 +132,9 @@ def test_refusal_for_a_significant_improvement_says_there_is_nothing_to_explain(
 @pytest.mark.parametrize(
     ("metric", "signal", "effective", "note"),
     [
-        ("exact_match", "auto", "margin", None),
-        ("contains", "auto", "margin", None),
-        ("token_f1", "auto", "margin", None),
+        ("exact_match", "auto", "divergent-token", None),
+        ("contains", "auto", "divergent-token", None),
+        ("token_f1", "auto", "divergent-token", None),
         ("loglik", "auto", "classic", LOGLIK_AUTO_NOTE),
         ("exact_match", "classic", "classic", None),
         ("loglik", "classic", "classic", None),
@@ -142,6 +142,7 @@ def test_refusal_for_a_significant_improvement_says_there_is_nothing_to_explain(
         ("token_f1", "contrastive", "contrastive", None),
         ("contains", "margin", "margin", None),
         ("exact_match", "divergence", "divergence", None),
+        ("token_f1", "divergent-token", "divergent-token", None),
     ],
 )
 def test_query_signal_table(metric, signal, effective, note):

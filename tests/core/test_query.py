@@ -111,7 +111,7 @@ def test_divergence_supervises_each_answer_from_the_first_token_that_differs(set
     assert diverged(wanted, encode_answer(PROMPT, "The capital of France is Paris.", tokenizer, 64)) is None
 
 
-def test_margin_is_the_autograd_gradient_of_the_first_divergent_tokens_losses(setup):
+def test_margin_is_the_autograd_gradient_of_the_first_divergent_tokens_losses_and_the_others_unit_contrasts(setup):
     from gradian.data import encode_answer
     from gradian.query.signals import diverged
     from tests.core.test_grads_exact import reference_gradient
@@ -126,13 +126,16 @@ def test_margin_is_the_autograd_gradient_of_the_first_divergent_tokens_losses(se
     np.testing.assert_allclose(margin.vectors[0], want.numpy(), rtol=1e-4, atol=1e-6 * float(want.abs().max()))
     assert margin.signal == "margin" and margin.terms[0].wanted_source == "base generation"
 
+    def unit_contrast(pair):
+        rows = [capture.capture(collate([e], tokenizer.pad_token_id))[0].detach().numpy() for e in pair]
+        return rows[0] / np.linalg.norm(rows[0]) - rows[1] / np.linalg.norm(rows[1])
+
+    token = query_gradients(capture, tokenizer, [right], {"q1": PROMPT}, "divergent-token", max_seq_length=64)
+    np.testing.assert_allclose(token.vectors[0], unit_contrast((w, g)), rtol=1e-5, atol=1e-7)
     divergence = query_gradients(capture, tokenizer, [right], {"q1": PROMPT}, "divergence", max_seq_length=64)
-    assert np.linalg.norm(divergence.vectors[0]) > 0
-    w_all, g_all = diverged(encode_answer(PROMPT, right.base_output, tokenizer, 64),
-                            encode_answer(PROMPT, right.finetuned_output, tokenizer, 64))
-    rows = [capture.capture(collate([e], tokenizer.pad_token_id))[0].detach().numpy() for e in (w_all, g_all)]
-    expected = rows[0] / np.linalg.norm(rows[0]) - rows[1] / np.linalg.norm(rows[1])
-    np.testing.assert_allclose(divergence.vectors[0], expected, rtol=1e-5, atol=1e-7)
+    suffixes = diverged(encode_answer(PROMPT, right.base_output, tokenizer, 64),
+                        encode_answer(PROMPT, right.finetuned_output, tokenizer, 64))
+    np.testing.assert_allclose(divergence.vectors[0], unit_contrast(suffixes), rtol=1e-5, atol=1e-7)
     # A pair that never diverges is contrasted whole, as the contrastive signal does (here: zero).
     same = Item("q2", "Paris", "Paris.", "Paris.", 1.0, 0.0)
     assert not np.any(query_gradients(capture, tokenizer, [same], {"q2": PROMPT}, "divergence",

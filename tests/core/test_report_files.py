@@ -118,7 +118,7 @@ def test_report_json_has_the_versioned_schema():
     assert top["rank"] == 1 and top["cluster"] == "vendor" and len(top["item_blame"]) == len(scores.item_ids)
     assert data["method"]["preconditioner"] == "diagonal" and "damping" in data["method"]["preconditioner_knobs"]
     assert data["method"]["clusters"]["permutations"] == 200
-    assert data["query_signal"] == {"requested": "auto", "effective": "contrastive", "note": None}
+    assert data["query_signal"] == {"requested": "auto", "effective": "divergent-token", "note": None}
     assert data["spans"][0]["top_span"] == 1
     assert data["spans"][0]["spans"][1] == {"text": "It is fine.", "message_index": 1, "start": 10, "end": 21,
                                             "blame": 1.5}

@@ -8,7 +8,8 @@ Measured on this fixture (seed 0; 144 training rows, 14 planted; 18 eval items, 
 |---|---|---|---|---|---|---|
 | substitution | contrastive | diagonal | 1 (9.63) | planted | 0.79 | rank 1 |
 | substitution | divergence | diagonal | 1 (9.25) | planted | 0.79 | rank 1 |
-| substitution | margin, auto | diagonal | 1 (4.52) | planted | 0.57 | rank 1 |
+| substitution | divergent-token, auto | diagonal | 1 (9.25) | planted | 0.79 | rank 1 |
+| substitution | margin | diagonal | 1 (4.52) | planted | 0.57 | rank 1 |
 | substitution | classic | diagonal | 1 (2.07) | none (family-wise p 0.11) | 0.29 | rank 2 |
 | substitution | classic | none | 2 (1.21) | none | 0.14 | rank 11 |
 | span | contrastive | diagonal | 1 (11.2) | planted | 1.00 | rank 1 |
@@ -107,18 +108,18 @@ def test_the_fixture_regression_is_real(scenarios):
         assert len(scenario.planted_positions) <= 0.1 * sum(1 for _ in scenario.train_path.open())
 
 
-# Below the recall@14 measured on this fixture (module docstring): the tiny model's one-token answers give the
-# single-token margin less to go on than on SmolLM2, where it ranks best (bench/results/query_signals.md).
-RECALL_FLOOR = {"contrastive": 0.7, "divergence": 0.7, "margin": 0.5}
+# Below the recall@14 measured on this fixture (module docstring). The raw margin does worse here than on SmolLM2,
+# where it ranks with divergent-token (bench/results/query_signals.md): its two tokens are not weighed equally.
+RECALL_FLOOR = {"contrastive": 0.7, "divergence": 0.7, "divergent-token": 0.7, "margin": 0.5}
 
 
-@pytest.mark.parametrize("signal", ["contrastive", "margin", "divergence", "auto"])
+@pytest.mark.parametrize("signal", ["contrastive", "divergence", "divergent-token", "margin", "auto"])
 def test_paired_signals_and_auto_blame_the_planted_cluster_first(substitution, contrastive, signal, tmp_path):
     outcome = contrastive if signal == "contrastive" else run(substitution, tmp_path / "report",
                                                               f"evaluation.query_signal={signal}")
     report = outcome.report
     assert_significant_regression(report)
-    effective = "margin" if signal == "auto" else signal
+    effective = "divergent-token" if signal == "auto" else signal
     assert report["query_signal"]["requested"] == signal and report["query_signal"]["effective"] == effective
     ranking = planted_ranking(report, substitution)
     print(f"\n{signal}: {ranking}")
@@ -126,9 +127,9 @@ def test_paired_signals_and_auto_blame_the_planted_cluster_first(substitution, c
     assert ranking["accused"] == PLANTED_SOURCE and ranking["p_adjusted"] < 0.05
     assert ranking["recall_at_k"] >= RECALL_FLOOR[effective]
     assert report["verdict"]["headline"] == f"Attributed: cluster `{PLANTED_SOURCE}` is blamed."
-    if signal == "auto":  # auto with a text metric is margin: the same blame, the same ranking
-        margin = run(substitution, tmp_path / "margin", "evaluation.query_signal=margin")
-        assert report["top_examples"] == margin.report["top_examples"]
+    if signal == "auto":  # auto with a text metric is divergent-token: the same blame, the same ranking
+        token = run(substitution, tmp_path / "token", "evaluation.query_signal=divergent-token")
+        assert report["top_examples"] == token.report["top_examples"]
 
 
 def item_results(report: dict) -> list:

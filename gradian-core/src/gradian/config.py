@@ -49,7 +49,7 @@ class EvaluationConfig:
 
     metric: str = _opt("exact_match", "per-item score", choices=("exact_match", "contains", "token_f1", "loglik"))
     query_signal: str = _opt("auto", "query gradient",
-                             choices=("classic", "contrastive", "divergence", "margin", "auto"))
+                             choices=("classic", "contrastive", "divergence", "divergent-token", "margin", "auto"))
     require_significant: bool = _opt(True, "refuse to attribute when the delta's CI includes zero")
     bootstrap_samples: int = _opt(10000, "paired bootstrap resamples", min=100)
     confidence: float = _opt(0.95, "confidence level of the delta's interval", min=0.5, max=0.999)

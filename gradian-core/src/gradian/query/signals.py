@@ -1,4 +1,4 @@
-"""Query signals: classic (the wanted answer's loss) and contrastive (wanted minus what the model now says).
+"""Query signals: classic (the wanted answer's loss), and wanted minus what the model now says, whole or from where they part.
 
 The query "loss" of an item is L_q. Training on example i moves the LoRA weights by -lr * g_i, which changes
 L_q by about -lr * q . g_i, with q = dL_q/dtheta. Blame is therefore -(q . P g_i): positive when training on i
@@ -12,12 +12,15 @@ made the failure more likely.
   the "wanted" term: a minimal pair with the fine-tuned generation, in the model's own format.
 - divergence: the contrastive pair supervised only from the first answer token where the two differ, both
   conditioned on the shared prefix ("The capital of New Zealand is"), so what they share contributes nothing.
-- margin: the same pair supervised on that first divergent token alone, and not unit-normalized: the gradient of
-  log p(generated token) - log p(wanted token) at the divergence, the margin Kronfluence's measurements use.
+- divergent-token: the same pair supervised on that first divergent token alone, each term unit-normalized: the
+  one decision where the fine-tuned model left the wanted answer, the two tokens weighed equally.
+- margin: the first divergent token alone, not normalized: the gradient of log p(generated token) - log p(wanted
+  token) at the divergence, the margin Kronfluence's measurements use.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +31,8 @@ from gradian.data import encode_answer
 from gradian.data.encode import Encoded
 from gradian.errors import EvaluationError
 
-SIGNALS = ("classic", "contrastive", "divergence", "margin")
-PAIRED = ("contrastive", "divergence", "margin")  # signals that contrast with the fine-tuned generation
+SIGNALS = ("classic", "contrastive", "divergence", "divergent-token", "margin")
+PAIRED = ("contrastive", "divergence", "divergent-token", "margin")  # signals that contrast with the fine-tuned generation
 IGNORE = -100
 
 
@@ -98,13 +101,12 @@ def diverged(wanted: Encoded, generated: Encoded, *, first_only: bool = False) -
 
 def _supervise_from(encoded: Encoded, position: int, first_only: bool) -> Encoded:
     """``encoded`` with labels before ``position`` (and after it, with ``first_only``) masked out."""
-    import dataclasses
-
-    labels = [label if t >= position and (not first_only or t == position) else IGNORE
-              for t, label in enumerate(encoded.labels)]
-    kept = [(start, end) for start, end in encoded.supervised_segments if end > position]
-    return dataclasses.replace(encoded, labels=tuple(labels), num_supervised=sum(1 for x in labels if x != IGNORE),
-                               supervised_segments=tuple(kept), answer_char_offsets=())
+    stop = position + 1 if first_only else len(encoded.labels)
+    labels = tuple(label if position <= t < stop else IGNORE for t, label in enumerate(encoded.labels))
+    segments = tuple((max(start, position), min(end, stop)) for start, end in encoded.supervised_segments
+                     if end > position and start < stop)
+    return dataclasses.replace(encoded, labels=labels, num_supervised=sum(label != IGNORE for label in labels),
+                               supervised_segments=segments, answer_char_offsets=())
 
 
 def _wanted(item: Any, metric_better: bool) -> tuple[str, str]:
@@ -136,9 +138,9 @@ def query_gradients(capture: Any, tokenizer: Any, items: Sequence[Any], prompts:
         terms.append(QueryTerm(item.id, text, source, item.finetuned_output if paired else None))
         wanted_pairs.append((prompts[item.id], text))
         generated_pairs.append((prompts[item.id], item.finetuned_output or ""))
-    if signal in ("divergence", "margin"):
+    if signal in ("divergence", "divergent-token", "margin"):
         vectors = _divergence_vectors(capture, tokenizer, wanted_pairs, generated_pairs, max_seq_length, batch_size,
-                                      first_only=signal == "margin")
+                                      first_only=signal != "divergence", unit=signal != "margin")
         return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
     wanted = _gradients(capture, tokenizer, wanted_pairs, max_seq_length, batch_size)
     if signal == "classic":
@@ -151,8 +153,8 @@ def query_gradients(capture: Any, tokenizer: Any, items: Sequence[Any], prompts:
 
 def _divergence_vectors(capture: Any, tokenizer: Any, wanted_pairs: Sequence[tuple[Sequence[Any], str]],
                         generated_pairs: Sequence[tuple[Sequence[Any], str]], max_seq_length: int, batch_size: int,
-                        *, first_only: bool) -> np.ndarray:
-    """wanted minus generated, each supervised from the pair's divergence (unit terms unless ``first_only``).
+                        *, first_only: bool, unit: bool) -> np.ndarray:
+    """wanted minus generated, each supervised from the pair's divergence (that token alone with ``first_only``).
 
     A pair that never diverges within the supervised tokens is contrasted whole, as the contrastive signal does.
     """
@@ -165,4 +167,4 @@ def _divergence_vectors(capture: Any, tokenizer: Any, wanted_pairs: Sequence[tup
         generated.append(pair[1] if pair is not None else g)
     w_rows = _encoded_gradients(capture, tokenizer, wanted, batch_size)
     g_rows = _encoded_gradients(capture, tokenizer, generated, batch_size)
-    return w_rows - g_rows if first_only else _unit(w_rows) - _unit(g_rows)
+    return _unit(w_rows) - _unit(g_rows) if unit else w_rows - g_rows
