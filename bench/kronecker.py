@@ -141,6 +141,8 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/kronecker.json and .md."""
+    from finished_cases import missing_cases, write_results
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
     parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
@@ -150,18 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-model", default="smollm2-135m-instruct")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    missing = [name for name in args.names if not (args.cases / name / "index" / "manifest.json").is_file()]
-    if missing:
-        print(f"kronecker: no finished case {', '.join(missing)} under {args.cases}", file=sys.stderr)
+    if missing_cases("kronecker", args.cases, args.names):
         return 2
     variants = VARIANTS if args.full else VARIANTS[:-1]
     cases = [score_case(args.cases / name, args.base_model, args.signal, variants) for name in args.names]
     command = "python bench/kronecker.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
-    text = markdown(cases, command)
-    args.out.with_suffix(".md").write_text(text)
-    print(text)
+    write_results(args.out, command, cases, markdown(cases, command))
     return 0
 
 

@@ -158,24 +158,20 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main() -> int:
     """Decompose each named case and write the JSON and the markdown."""
+    from finished_cases import missing_cases, write_results
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
     parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
     parser.add_argument("--budgets", default="262144,1048576")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    missing = [name for name in args.names if not (args.cases / name / "index" / "manifest.json").is_file()]
-    if missing:
-        print(f"projection_preconditioner: no finished case {', '.join(missing)} under {args.cases}", file=sys.stderr)
+    if missing_cases("projection_preconditioner", args.cases, args.names):
         return 2
     budgets = [int(b) for b in args.budgets.split(",")]
     cases = [decompose(args.cases / name, budgets) for name in args.names]
     command = "python bench/projection_preconditioner.py " + " ".join(sys.argv[1:])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
-    text = markdown(cases, command)
-    args.out.with_suffix(".md").write_text(text)
-    print(text)
+    write_results(args.out, command, cases, markdown(cases, command))
     return 0
 
 

@@ -106,23 +106,19 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/query_signals.json and .md."""
+    from finished_cases import missing_cases, write_results
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
     parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
     parser.add_argument("--base-model", default="smollm2-135m-instruct")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    missing = [name for name in args.names if not (args.cases / name / "index" / "manifest.json").is_file()]
-    if missing:
-        print(f"query_signals: no finished case {', '.join(missing)} under {args.cases}", file=sys.stderr)
+    if missing_cases("query_signals", args.cases, args.names):
         return 2
     cases = [score_case(args.cases / name, args.base_model) for name in args.names]
     command = "python bench/query_signals.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
-    text = markdown(cases, command)
-    args.out.with_suffix(".md").write_text(text)
-    print(text)
+    write_results(args.out, command, cases, markdown(cases, command))
     return 0
 
 
