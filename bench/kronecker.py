@@ -128,7 +128,8 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """recall@k / AUPRC per case and variant, and the mean."""
     variants = [v for v in VARIANTS if all(v in c["variants"] for c in cases)]
     lines = ["# Kronecker-factored preconditioning against the diagonal (tuning seeds)", "", f"`{command}`", "",
-             "Exact float32 index, query signal as named, mean of item z-scores; recall@k / AUPRC.", "",
+             f"Exact float32 index, the {cases[0]['signal'] if cases else '-'} query signal, mean of item z-scores; "
+             "recall@k / AUPRC.", "",
              "| case | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
     for case in cases:
         lines.append(f"| {case['case']} | " + " | ".join(
