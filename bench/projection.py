@@ -86,18 +86,24 @@ def variant_rows(index: Any, transform: Any, dtype: str) -> np.ndarray:
 
 def fit_whitening(index: Any, capture: Any, seed: int, attribution: Any) -> Any:
     """The scales a projected build fits: E[g^2] of the exact rows at the build's seeded sample positions."""
+    from gradian.grads.whitening import sample_positions
+
+    rows = np.asarray(index.rows(sample_positions(index.num_examples, seed)), dtype=np.float32)
+    return whitening_of_rows(rows, capture.block_layout, attribution.damping, attribution.damping_ratio)
+
+
+def whitening_of_rows(rows: np.ndarray, layout: Any, damping: float | None, damping_ratio: float) -> Any:
+    """The shipped fit (``MomentAccumulator.whitening``) from exact flat gradient rows laid out as ``layout``."""
     import torch
 
-    from gradian.grads.whitening import MomentAccumulator, sample_positions
+    from gradian.grads.whitening import MomentAccumulator
 
-    positions = sample_positions(index.num_examples, seed)
-    rows = np.asarray(index.rows(positions), dtype=np.float32)
-    moments = MomentAccumulator(capture.exact_shapes())
-    moments.examples = len(positions)
-    for number, entry in enumerate(capture.block_layout):
-        part = np.ascontiguousarray(rows[:, entry.offset:entry.offset + entry.size]).reshape(len(positions), *entry.shape)
+    moments = MomentAccumulator([entry.shape for entry in layout])
+    moments.examples = rows.shape[0]
+    for number, entry in enumerate(layout):
+        part = np.ascontiguousarray(rows[:, entry.offset:entry.offset + entry.size]).reshape(rows.shape[0], *entry.shape)
         moments.add(number, torch.from_numpy(part))
-    return moments.whitening(damping=attribution.damping, damping_ratio=attribution.damping_ratio)
+    return moments.whitening(damping=damping, damping_ratio=damping_ratio)
 
 
 def default_blame(rows: np.ndarray, queries: np.ndarray, attribution: Any, *, whitened: bool = False) -> np.ndarray:

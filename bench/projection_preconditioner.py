@@ -46,22 +46,12 @@ def _weights(rows: np.ndarray) -> np.ndarray:
 
 
 def _factored_weights(rows: np.ndarray, layout: Any) -> np.ndarray:
-    """Per LoRA matrix, a rank-1 (row x column) fit of 1 / sqrt(E[g^2] + lambda): what a factored capture can apply.
+    """Per LoRA matrix, the rank-1 (row x column) fit of 1 / sqrt(E[g^2] + lambda) a build ships, as a flat vector."""
+    from projection import whitening_of_rows
 
-    E[g^2] of a matrix is fitted by its row means r_i and column means c_j (Adafactor's factoring:
-    E[g^2]_ij ~ r_i c_j / m, m the matrix mean), and lambda is split between the two factors, so
-    w_ij = sqrt(m) / sqrt((r_i + lambda / 2) (c_j + lambda / 2)).
-    """
-    moment = np.einsum("ij,ij->j", rows, rows, dtype=np.float64) / rows.shape[0]
-    lam = DAMPING_RATIO * moment.mean()
-    out = np.zeros_like(moment)
-    for entry in layout:
-        m = moment[entry.offset:entry.offset + entry.size].reshape(entry.shape)
-        mean = m.mean()
-        a = 1.0 / np.sqrt(m.mean(axis=1) + lam / 2)
-        b = 1.0 / np.sqrt(m.mean(axis=0) + lam / 2)
-        out[entry.offset:entry.offset + entry.size] = (np.sqrt(mean) * np.outer(a, b)).reshape(-1)
-    return out.astype(np.float32)
+    whitening = whitening_of_rows(rows, layout, None, DAMPING_RATIO)
+    return np.concatenate([np.outer(row_scale.numpy(), col_scale.numpy()).reshape(-1)
+                           for row_scale, col_scale in whitening.scales]).astype(np.float32)
 
 
 def _sample(rows: np.ndarray, count: int) -> np.ndarray:

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from gradian.errors import EvaluationError
 from gradian.evaluation.metrics import get_metric
+from gradian.query.signals import PAIRED as PAIRED_SIGNALS
+from gradian.query.signals import SIGNALS
 
-QUERY_SIGNALS = ("classic", "contrastive", "divergence", "divergent-token", "margin", "auto")
-PAIRED_SIGNALS = ("contrastive", "divergence", "divergent-token", "margin")  # each contrasts the wanted answer with the generated one
+QUERY_SIGNALS = (*SIGNALS, "auto")
 
 LOGLIK_AUTO_NOTE = (
     "evaluation.query_signal is auto and evaluation.metric is loglik, which generates no text to contrast with, "

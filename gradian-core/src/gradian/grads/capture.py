@@ -16,7 +16,7 @@ import torch
 
 from gradian.grads.batch import Batch, as_batch
 from gradian.grads.loss import REDUCTIONS, SupervisedLoss, supervised_loss, supervised_positions
-from gradian.grads.projection import FactoredProjection, ProjectionPlan, resolve_projection
+from gradian.grads.projection import FactoredProjection, ProjectionPlan, lora_matrices, resolve_projection
 from gradian.grads.whitening import MomentAccumulator, Whitening
 from gradian.model.lora_blocks import LoraBlock, block_modules
 
@@ -159,7 +159,7 @@ class GradientCapture:
 
     def exact_shapes(self) -> list[tuple[int, int]]:
         """(rows, cols) of every LoRA matrix gradient, in layout order."""
-        return [shape for block in self.blocks for shape in ((block.r, block.d_in), (block.d_out, block.r))]
+        return [(rows, cols) for _, _, rows, cols in lora_matrices(self.blocks)]
 
     def _trace(self, batch: Batch) -> tuple[_Recorder, list[torch.Tensor | None], SupervisedLoss, int] | None:
         """One forward and one backward of the batch with the hooks on; None when nothing in it is supervised."""

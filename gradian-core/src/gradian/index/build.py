@@ -19,12 +19,10 @@ import numpy as np
 from gradian.errors import DatasetError, GradientIndexError
 from gradian.index.directory import (
     BUILD_STATE,
-    WHITENING_NAME,
     check_out_dir,
     finalize,
     finished_shard,
     prepare_partial,
-    read_whitening,
     reusable_index,
     write_shard,
 )
@@ -41,7 +39,7 @@ from gradian.index.sizing import (
     written_bytes,
 )
 from gradian.index.stats import StatsAccumulator
-from gradian.index.store import Index, get_codec
+from gradian.index.store import WHITENING_NAME, Index, get_codec, read_whitening
 
 __all__ = ["ProgressCallback", "build_index", "default_index_dir"]
 
@@ -96,9 +94,10 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples:
     started = time.monotonic()
     ranks.together(lambda: prepare_partial(plan) if ranks.is_main else None)
     if plan.whitening is not None:
-        ranks.together(lambda: _measure_whitening(plan, capture, examples, tokenizer, grads, _damping(plan), say)
+        ranks.together(lambda: _measure_whitening(plan, capture, examples, tokenizer, grads, say)
                        if ranks.is_main else None)
-        capture.whitening = ranks.together(lambda: read_whitening(plan.partial_dir, capture))
+        # Every rank, rank 0 too, scales by the file: what a resumed build and the other ranks read.
+        capture.whitening = ranks.together(lambda: read_whitening(plan.partial_dir, len(capture.block_layout)))
     computed = ranks.together(lambda: _run_shards(plan, ranks, capture, examples, tokenizer, grads, progress))
     computed = ranks.all_reduce_sum([computed])[0]
     timing = {"seconds": round(time.monotonic() - started, 3), "world_size": ranks.world_size,
@@ -148,14 +147,8 @@ def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: lis
     return computed
 
 
-def _damping(plan: BuildPlan) -> tuple[float | None, float]:
-    """(damping, damping_ratio) the index id was made with."""
-    damping = plan.spec["damping"]
-    return damping["damping"], damping["damping_ratio"]
-
-
 def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], tokenizer: Any, grads: Any,
-                       damping: tuple[float | None, float], say: Callable[[str], None] | None) -> None:
+                       say: Callable[[str], None] | None) -> None:
     """Fit the scaling applied before the sketch from exact gradients of a seeded sample (kept when resuming)."""
     from gradian.data import encode
     from gradian.grads.batch import collate
@@ -173,7 +166,8 @@ def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], token
     moments = MomentAccumulator(capture.exact_shapes())
     for start in range(0, len(encoded), grads.batch_size):
         capture.measure_moments(collate(encoded[start:start + grads.batch_size], pad_id, "right"), moments)
-    whitening = moments.whitening(damping=damping[0], damping_ratio=damping[1])
+    damping = plan.spec["damping"]  # the settings the index id was made with
+    whitening = moments.whitening(damping=damping["damping"], damping_ratio=damping["damping_ratio"])
     try:
         write_atomic(path, whitening.save)
     except OSError as error:

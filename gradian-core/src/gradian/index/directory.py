@@ -36,10 +36,7 @@ from gradian.index.manifest import (
 )
 from gradian.index.plan import BuildPlan, ExampleMeta
 from gradian.index.stats import StatsAccumulator, sum_partials
-from gradian.index.store import WHITENING_NAME, Index, read_whitening
-
-__all__ = ["BUILD_STATE", "WHITENING_NAME", "check_out_dir", "finalize", "finished_shard", "prepare_partial",
-           "read_whitening", "reusable_index", "shard_names", "write_shard"]
+from gradian.index.store import WHITENING_NAME, Index
 
 BUILD_STATE = "build.json"
 
@@ -202,8 +199,8 @@ def _manifest(plan: BuildPlan, shards: list[ShardInfo], metas: Sequence[ExampleM
         shards=tuple(shards),
         spec=plan.spec,
         sources=plan.sources,
-        files={name: sha256_file(partial / name) for name in (STATS_NAME, EXAMPLES_NAME, WHITENING_NAME)
-               if name != WHITENING_NAME or plan.whitening is not None},
+        files={name: sha256_file(partial / name)
+               for name in (STATS_NAME, EXAMPLES_NAME, *((WHITENING_NAME,) if plan.whitening is not None else ()))},
         totals={
             "supervised_tokens": sum(m.num_supervised for m in metas),
             "truncated_examples": sum(m.truncated for m in metas),

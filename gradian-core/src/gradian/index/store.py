@@ -174,6 +174,11 @@ class Index:
 
     def whitening(self) -> Any:
         """The scaling applied before the sketch (``gradian.grads.whitening.Whitening``), or None when unscaled."""
+        return self._whitening
+
+    @cached_property
+    def _whitening(self) -> Any:
+        """Read and checked once: the query capture and the preconditioner both ask for it."""
         if self.manifest.spec["grads"].get("whitening") is None:
             return None
         path = self.path / WHITENING_NAME
@@ -319,14 +324,13 @@ class Index:
                                      "rebuild the index with gradian index (delete the directory first)")
 
 
-def read_whitening(directory: Path, matrices: Any) -> Any:
-    """The whitening file of an index (or build) directory, for ``matrices`` LoRA matrices (or a capture's)."""
+def read_whitening(directory: Path, matrices: int) -> Any:
+    """The whitening file of an index (or build) directory, holding the scales of ``matrices`` LoRA matrices."""
     from gradian.grads.whitening import Whitening
 
-    count = matrices if isinstance(matrices, int) else len(matrices.block_layout)
     path = Path(directory) / WHITENING_NAME
     try:
-        return Whitening.load(path, count)
+        return Whitening.load(path, matrices)
     except (OSError, ValueError) as error:
         raise GradientIndexError(f"the gradient scales {path} cannot be read ({error})",
                                  "rebuild the index with gradian index (delete the directory first)") from None
