@@ -47,3 +47,25 @@ def test_without_run_only_data_checks_run_and_the_rest_say_what_they_need(real_r
     assert "--base-model" in skipped["truncated_answers"].reason()
     assert "--eval-dataset" in skipped["train_eval_overlap"].reason()
     assert "--adapter" in skipped["adapter_untrained"].reason()
+
+
+def test_a_finished_run_without_save_state_is_not_reported_incomplete(real_runs, tmp_path):
+    """Most scripts call save_model() but never save_state(): the state is only in checkpoint-N/."""
+    import shutil
+
+    run = shutil.copytree(real_runs.healthy_run, tmp_path / "run")
+    (run / "trainer_state.json").unlink()
+    report = diagnose(run=run, select=("run_incomplete",))
+    assert report.ran == ("run_incomplete",) and report.findings == ()
+    assert report.inputs["run"]["trainer_state"] == str(run / "checkpoint-42" / "trainer_state.json")
+
+
+def test_a_stopped_run_without_save_state_names_the_checkpoint_it_read(real_runs, tmp_path):
+    import shutil
+
+    run = shutil.copytree(real_runs.faulty_run, tmp_path / "run")
+    (run / "trainer_state.json").unlink()
+    (finding,) = diagnose(run=run, select=("run_incomplete",)).findings
+    assert finding.message.startswith("the run stopped at step 30 of 108")
+    assert "checkpoint-30/trainer_state.json" in finding.message
+    assert finding.evidence[0].location.startswith(str(run / "checkpoint-30" / "trainer_state.json"))

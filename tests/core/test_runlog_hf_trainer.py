@@ -110,8 +110,31 @@ def test_latest_checkpoint_is_read_when_the_top_level_state_is_missing(real, tmp
     artifact = read_run(run)
     assert artifact.sources["metrics"] == str(latest / "trainer_state.json")
     assert artifact.sources["learning_rate"] == str(latest / "training_args.bin")
-    assert artifact.finished is False  # a checkpoint is mid-run by definition
-    assert artifact.global_step == int(latest.name.split("-")[1])
+    assert artifact.sources["trainer_state.json"] == str(latest / "trainer_state.json")
+    # save_state() was never called, but the latest checkpoint is at the planned last step: the run finished.
+    assert artifact.global_step == int(latest.name.split("-")[1]) == artifact.config.max_steps
+    assert artifact.finished is True
+
+
+def test_a_checkpoint_before_the_last_step_is_unfinished(real, tmp_path):
+    run = shutil.copytree(real.faulty_run, tmp_path / "run")  # stopped at step 30 of 108, checkpoints every 10
+    (run / "trainer_state.json").unlink()
+    artifact = read_run(run)
+    assert artifact.finished is False and artifact.global_step == 30
+    assert artifact.sources["trainer_state.json"] == str(run / "checkpoint-30" / "trainer_state.json")
+
+
+def test_the_latest_checkpoint_is_the_highest_number_not_the_last_name(real, tmp_path):
+    run = tmp_path / "run"
+    state = json.loads((real.healthy_run / "trainer_state.json").read_text())
+    for step in (9, 10):  # "checkpoint-9" sorts after "checkpoint-10" as a string
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+        partial = {**state, "global_step": step, "log_history": [e for e in state["log_history"] if e.get("step", 0) <= step
+                                                                 and "train_runtime" not in e]}
+        (run / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(partial, indent=2))
+    artifact = read_run(run)
+    assert artifact.global_step == 10
+    assert artifact.sources["trainer_state.json"] == str(run / "checkpoint-10" / "trainer_state.json")
 
 
 def test_readme_training_hyperparameters_are_the_fallback(tmp_path):

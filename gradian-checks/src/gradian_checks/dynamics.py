@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from gradian.records import Evidence
@@ -317,6 +318,15 @@ def lr_schedule_mismatch(ctx: Any) -> Iterator[Hit]:
                   (point_evidence(ctx, top, f"step {top.step}: learning_rate {peak:g}"),))
 
 
+def _checkpoint_state_note(run: Any) -> str:
+    """Which checkpoint's trainer_state.json the step came from, when the run dir has none at the top level."""
+    state = run.sources.get("trainer_state.json")
+    if not state or Path(state).parent == Path(run.path):
+        return ""
+    # The user should know the step is the latest checkpoint's: a run that went on unsaved looks the same.
+    return f" (read from {Path(state).parent.name}/trainer_state.json, the latest checkpoint: there is none at the top level)"
+
+
 @family.check(
     "run_incomplete", "warning",
     "global_step < max_steps or no final summary entry (the run crashed or was stopped)",
@@ -327,7 +337,7 @@ def run_incomplete(ctx: Any) -> Iterator[Hit]:
     """A run that stopped before its planned end."""
     run, cfg = ctx.run, ctx.run.config
     if run.global_step is not None and cfg.max_steps and run.global_step < cfg.max_steps:
-        yield Hit(f"the run stopped at step {run.global_step} of {cfg.max_steps}",
+        yield Hit(f"the run stopped at step {run.global_step} of {cfg.max_steps}{_checkpoint_state_note(run)}",
                   (Evidence(f"global_step {run.global_step} < max_steps {cfg.max_steps}",
                             location=run.sources.get("global_step") or run.sources.get("max_steps"),
                             steps=(run.global_step,), values={"global_step": run.global_step, "max_steps": cfg.max_steps}),))

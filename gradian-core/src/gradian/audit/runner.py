@@ -176,6 +176,18 @@ def ensure_utf8(path: Path) -> None:
                            "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
+def run_inputs(artifact: RunArtifact, run_config: Path | None = None) -> dict[str, Any]:
+    """What the report says about the run dir: its reader, and the files the config and the logs came from."""
+    described: dict[str, Any] = {"path": str(artifact.path), "reader": artifact.reader,
+                                 "logged_points": len(artifact.metrics), "global_step": artifact.global_step}
+    if run_config is not None:
+        described["run_config"] = str(run_config)
+    # A state read from checkpoint-N/ (no top-level trainer_state.json) is named, so steps are not taken as final.
+    if artifact.sources.get("trainer_state.json"):
+        described["trainer_state"] = artifact.sources["trainer_state.json"]
+    return described
+
+
 def build_context(
     config: GradianConfig,
     *,
@@ -183,6 +195,7 @@ def build_context(
     eval_dataset: Path | None = None,
     run: Path | None = None,
     run_format: str | None = None,
+    run_config: Path | None = None,
     adapter: Path | None = None,
     base_model: str | None = None,
     tokenizer: Any = None,
@@ -210,9 +223,8 @@ def build_context(
         inputs["eval_dataset"] = {"path": str(eval_dataset), "rows": eval_scan.rows}
     if run is not None:
         readers = (plugins or _plugins()).run_log_readers()
-        artifact = read_run(Path(run), run_format, readers)
-        inputs["run"] = {"path": str(run), "reader": artifact.reader, "logged_points": len(artifact.metrics),
-                         "global_step": artifact.global_step}
+        artifact = read_run(Path(run), run_format, readers, run_config)
+        inputs["run"] = run_inputs(artifact, run_config)
     if adapter is not None:
         adapter_info = read_adapter(Path(adapter))
         inputs["adapter"] = {"path": str(adapter), "tensors": len(adapter_info.tensors)}
@@ -238,6 +250,7 @@ def diagnose(
     dataset: Path | str | None = None,
     run: Path | str | None = None,
     run_format: str | None = None,
+    run_config: Path | str | None = None,
     adapter: Path | str | None = None,
     base_model: str | None = None,
     eval_dataset: Path | str | None = None,
@@ -251,6 +264,8 @@ def diagnose(
     """Run the audit checks on whatever inputs are given (Python API of `gradian diagnose`)."""
     if dataset is None and run is None and adapter is None:
         raise DatasetError("diagnose needs something to audit", "pass --dataset, and --run for config and dynamics checks")
+    if run_config is not None and run is None:
+        raise ConfigError(f"--run-config {run_config} needs --run", "add --run with the output_dir the run wrote")
     started = time.perf_counter()
     plugins = plugins or _plugins()
     checks = resolve_selection(plugins.audit_checks(), select, ignore)
@@ -260,6 +275,7 @@ def diagnose(
         eval_dataset=Path(eval_dataset) if eval_dataset is not None else None,
         run=Path(run) if run is not None else None,
         run_format=run_format,
+        run_config=Path(run_config) if run_config is not None else None,
         adapter=Path(adapter) if adapter is not None else None,
         base_model=base_model,
         tokenizer=tokenizer,

@@ -19,6 +19,8 @@ from gradian.cli.options import (
 )
 
 FORMATS = ("table", "json", "md")
+RUN_CONFIG_HELP = ("The axolotl YAML or LLaMA-Factory training_args.yaml the run was trained with, when it is kept "
+                   "outside --run (e.g. configs/lora.yml); it is read with the run dir.")
 FAIL_ON_HELP = ("Exit 1 when a finding at or above this severity exists (or a check crashed): error (default), "
                 "warning, or never. User errors exit 2.")
 
@@ -27,6 +29,7 @@ def diagnose(
     dataset: DatasetOption = None,
     run: RunOption = None,
     run_format: Annotated[Optional[str], typer.Option("--run-format", help="Read --run with this reader (default: auto-detect); see --list.")] = None,
+    run_config: Annotated[Optional[Path], typer.Option("--run-config", help=RUN_CONFIG_HELP)] = None,
     adapter: AdapterOption = None,
     base_model: BaseModelOption = None,
     eval_dataset: EvalDatasetOption = None,
@@ -62,8 +65,8 @@ def diagnose(
     if fail_on not in FAIL_ON:
         raise ConfigError(f"--fail-on {fail_on!r} is unknown", f"use one of: {', '.join(FAIL_ON)}")
     cfg = load_cli_config(config, set_)
-    report = run_diagnose(dataset=dataset, run=run, run_format=run_format, adapter=adapter, base_model=base_model,
-                          eval_dataset=eval_dataset, config=cfg, select=tuple(select or ()), ignore=tuple(ignore or ()),
+    report = run_diagnose(dataset=dataset, run=run, run_format=run_format, run_config=run_config, adapter=adapter,
+                          base_model=base_model, eval_dataset=eval_dataset, config=cfg, select=tuple(select or ()), ignore=tuple(ignore or ()),
                           trust_remote_code=trust_remote_code, plugins=plugins)
     if output_format == "json":
         sys.stdout.write(json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n")

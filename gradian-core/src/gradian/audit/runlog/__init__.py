@@ -16,13 +16,18 @@ def _confidence(reader: RunLogReaderSpec, path: Path) -> float:
         return 0.0
 
 
-def select_reader(path: Path, readers: Mapping[str, RunLogReaderSpec], run_format: str | None = None) -> RunLogReaderSpec:
-    """The reader named by ``run_format``, else the one whose sniff is most confident (ties: by name)."""
-    path = Path(path)
+def check_run_dir(path: Path) -> None:
+    """RunDirError unless ``path`` is an existing directory."""
     if not path.exists():
         raise RunDirError(f"run directory {path} does not exist", "pass the output_dir your trainer wrote to --run")
     if not path.is_dir():
         raise RunDirError(f"--run {path} is a file, not a directory", f"pass the directory that holds it: --run {path.parent}")
+
+
+def select_reader(path: Path, readers: Mapping[str, RunLogReaderSpec], run_format: str | None = None) -> RunLogReaderSpec:
+    """The reader named by ``run_format``, else the one whose sniff is most confident (ties: by name)."""
+    path = Path(path)
+    check_run_dir(path)
     if run_format is not None:
         if run_format not in readers:
             raise RunDirError(f"unknown --run-format {run_format!r}", f"use one of: {', '.join(sorted(readers))}")
@@ -37,8 +42,15 @@ def select_reader(path: Path, readers: Mapping[str, RunLogReaderSpec], run_forma
     return readers[scored[0][1]]
 
 
-def read_run(path: Path, run_format: str | None = None, readers: Mapping[str, RunLogReaderSpec] | None = None) -> RunArtifact:
-    """Read a run directory into a RunArtifact with the selected reader."""
+def read_run(path: Path, run_format: str | None = None, readers: Mapping[str, RunLogReaderSpec] | None = None,
+             run_config: Path | None = None) -> RunArtifact:
+    """Read a run directory into a RunArtifact with the selected reader, or the one of ``run_config``'s trainer."""
+    if run_config is not None:
+        from gradian.audit.runlog.run_config import load_run_config, read_run_with_config
+
+        config = load_run_config(run_config)
+        check_run_dir(Path(path))
+        return read_run_with_config(Path(path), config, run_format)
     if readers is None:
         from gradian.plugins import get_plugins
 

@@ -22,7 +22,8 @@ AXOLOTL_KEYS = frozenset({
 _YAML_BLOCK = re.compile(r"```ya?ml\s*\n(.*?)```", re.DOTALL)
 
 
-def _looks_like_axolotl(data: Any) -> bool:
+def looks_like_axolotl(data: Any) -> bool:
+    """Whether parsed YAML is an axolotl config (base_model plus two axolotl-only keys)."""
     return isinstance(data, Mapping) and "base_model" in data and len(AXOLOTL_KEYS & set(data)) >= 2
 
 
@@ -40,14 +41,14 @@ def find_config(run_dir: Path) -> tuple[Mapping[str, Any], Path, int] | None:
     for path in sorted(run_dir.glob("*.y*ml")):
         if path.is_file() and path.suffix in (".yml", ".yaml"):
             data = _load_yaml(path.read_text(encoding="utf-8", errors="replace"))
-            if _looks_like_axolotl(data):
+            if looks_like_axolotl(data):
                 return data, path, 1
     readme = run_dir / README
     if readme.is_file():
         text = readme.read_text(encoding="utf-8", errors="replace")
         for match in _YAML_BLOCK.finditer(text):
             data = _load_yaml(match.group(1))
-            if _looks_like_axolotl(data):
+            if looks_like_axolotl(data):
                 return data, readme, text.count("\n", 0, match.start(1)) + 1
     return None
 
@@ -107,12 +108,16 @@ def config_from_axolotl(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def read(path: Path) -> RunArtifact:
     """Read an axolotl output dir: its config wins for config fields, the Trainer files give the logs."""
-    builder = ArtifactBuilder(Path(path), "axolotl")
-    found = find_config(builder.path)
+    found = find_config(Path(path))
     if found is None:
         raise RunDirError(f"{path}: no axolotl config (YAML with base_model and axolotl keys) found",
-                          "put the axolotl YAML you trained with into the run dir")
-    cfg, file, line = found
+                          "pass the axolotl YAML you trained with: --run-config configs/lora.yml")
+    return read_with_config(Path(path), *found)
+
+
+def read_with_config(path: Path, cfg: Mapping[str, Any], file: Path, line: int) -> RunArtifact:
+    """Read an axolotl output dir with the config ``cfg`` (found at ``file``:``line``, in the dir or not)."""
+    builder = ArtifactBuilder(Path(path), "axolotl")
     builder.set_many(config_from_axolotl(cfg), builder.where(file, line))
     builder.sources["axolotl_config"] = builder.where(file, line)
     fill_from_hf_files(builder)

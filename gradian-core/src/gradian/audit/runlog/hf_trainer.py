@@ -113,6 +113,13 @@ def metrics_from_log_history(history: list[Any], text: str) -> tuple[list[Metric
     return points, finished
 
 
+def checkpoint_finished(global_step: int | None, max_steps: int | None) -> bool:
+    """Whether a run whose latest state is a checkpoint's reached its planned last step."""
+    # The final summary entry is logged after the last checkpoint is saved, so no checkpoint ever has it; most
+    # scripts never call save_state(), and a checkpoint at max_steps is then the only proof the run finished.
+    return global_step is not None and max_steps is not None and max_steps > 0 and global_step >= max_steps
+
+
 def apply_trainer_state(builder: ArtifactBuilder, path: Path) -> None:
     """Metrics, global step, planned steps/epochs and the final-summary flag from trainer_state.json."""
     state = read_json_file(path, TRAINER_STATE)
@@ -127,11 +134,11 @@ def apply_trainer_state(builder: ArtifactBuilder, path: Path) -> None:
     source = builder.where(path)
     builder.set_metrics(points, source)
     builder.global_step = as_int(state.get("global_step"))
-    # A checkpoint's state is by definition mid-run; only the top-level file can be final.
-    builder.finished = finished if path.parent == builder.path else False
+    max_steps = as_int(state.get("max_steps"))
+    builder.finished = finished if path.parent == builder.path else checkpoint_finished(builder.global_step, max_steps)
+    builder.sources[TRAINER_STATE] = builder.where(path)
     found = text.find('"global_step"')
     builder.sources["global_step"] = builder.where(path, text.count("\n", 0, found) + 1 if found >= 0 else None)
-    max_steps = as_int(state.get("max_steps"))
     builder.set("max_steps", max_steps if max_steps and max_steps > 0 else None, source)
     builder.set("num_epochs", state.get("num_train_epochs"), source)
 

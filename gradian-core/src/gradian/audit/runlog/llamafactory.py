@@ -60,9 +60,14 @@ def find_config(run_dir: Path) -> tuple[Mapping[str, Any], Path] | None:
     for path in candidates:
         if path.is_file():
             data = _load(path)
-            if isinstance(data, Mapping) and len(LLAMAFACTORY_KEYS & set(data)) >= 2:
+            if looks_like_llamafactory(data):
                 return data, path
     return None
+
+
+def looks_like_llamafactory(data: Any) -> bool:
+    """Whether parsed YAML/JSON is a LLaMA-Factory config (two LLaMA-Factory-only keys)."""
+    return isinstance(data, Mapping) and len(LLAMAFACTORY_KEYS & set(data)) >= 2
 
 
 def config_from_llamafactory(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,8 +125,12 @@ def read_trainer_log(path: Path) -> tuple[list[MetricPoint], int | None, int | N
 
 def read(path: Path) -> RunArtifact:
     """Read a LLaMA-Factory output dir into a RunArtifact."""
+    return read_with_config(Path(path), find_config(Path(path)))
+
+
+def read_with_config(path: Path, found: tuple[Mapping[str, Any], Path] | None) -> RunArtifact:
+    """Read a LLaMA-Factory output dir with the config ``found`` (contents and file, in the dir or not)."""
     builder = ArtifactBuilder(Path(path), "llamafactory")
-    found = find_config(builder.path)
     if found is not None:
         cfg, file = found
         builder.set_many(config_from_llamafactory(cfg), builder.where(file))
