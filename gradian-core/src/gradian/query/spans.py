@@ -15,16 +15,13 @@ Example::
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gradian.data import encode
-
-# A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace, or at a line break.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n+")
+from gradian.query.sentences import sentence_spans
 
 
 @dataclass(frozen=True)
@@ -38,23 +35,6 @@ class SpanBlame:
     token_start: int
     token_end: int
     blame: float
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Character ranges [start, end) of the sentences of a text, whitespace trimmed, empty ones dropped."""
-    spans, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        spans.append((start, match.start()))
-        start = match.end()
-    spans.append((start, len(text)))
-    trimmed = []
-    for begin, end in spans:
-        piece = text[begin:end]
-        left = len(piece) - len(piece.lstrip())
-        right = len(piece.rstrip())
-        if right > left:
-            trimmed.append((begin + left, begin + right))
-    return trimmed
 
 
 def span_blames(capture: Any, tokenizer: Any, example: Any, query: np.ndarray, *, max_seq_length: int,
