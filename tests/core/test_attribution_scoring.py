@@ -188,3 +188,18 @@ def test_score_with_config_reads_the_attribution_section():
                             chunk_bytes=_bytes(7))
     assert (scores.aggregation, scores.normalize, scores.top_k) == ("rank_vote", True, 4)
     np.testing.assert_array_equal(scores.blame, direct.blame)
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "rank_vote"])
+def test_the_item_sink_gets_every_examples_per_item_blame_once_without_another_read(aggregation):
+    from gradian.attribution.scoring import ItemBlameCollector, item_blame
+
+    rng = np.random.default_rng(3)
+    rows, queries = rng.normal(size=(37, 8)), rng.normal(size=(3, 8))
+    collector = ItemBlameCollector()
+    # Chunks of 4 rows and a budget of 8 floats: several chunks, and mean needs a second read of the index.
+    scores = score_examples(ArraySource(rows), queries, aggregation=aggregation, chunk_bytes=4 * 8 * 4,
+                            score_budget=8, item_sink=collector, top_k=5)
+    matrix = collector.matrix()
+    assert matrix.shape == (37, 3) and np.allclose(matrix, item_blame(rows, queries))
+    assert np.array_equal(matrix[scores.top_positions], scores.top_item_blame)

@@ -102,7 +102,8 @@ def test_attributed_report_puts_the_verdict_first_and_provenance_last():
     assert "`vendor`" in verdict and scores.top_ids()[0] in verdict
     assert clusters.accused is not None and report["verdict"]["accused_cluster"] == "vendor"
     provenance = md.split("## Provenance")[1]
-    assert COMMAND in provenance and '"dataset_sha256"' in provenance and "idx-1234" in provenance
+    assert COMMAND in provenance and "[manifest.json](manifest.json)" in provenance and "idx-1234" in provenance
+    assert '"dataset_sha256"' not in md  # the manifest is linked, not inlined
     assert "Second line \\| pipe." in md  # a pipe in an excerpt stays inside its table cell
     assert "&lt;city&gt;" not in md and "&lt;city>" in md
 
@@ -112,7 +113,7 @@ def test_report_json_has_the_versioned_schema():
     data = json.loads(render_json(report))
     assert data["schema"] == SCHEMA == "gradian.report/1"
     assert list(data) == ["schema", "verdict", "capability", "query_signal", "method", "top_examples", "clusters",
-                          "spans", "warnings", "plots", "provenance", "generated_at"]
+                          "spans", "warnings", "plots", "scores", "provenance", "generated_at"]
     top = data["top_examples"][0]
     assert set(top) == {"rank", "id", "position", "blame", "cluster", "excerpt", "item_blame"}
     assert top["rank"] == 1 and top["cluster"] == "vendor" and len(top["item_blame"]) == len(scores.item_ids)
@@ -135,7 +136,10 @@ def test_two_runs_write_byte_identical_files_and_only_the_timestamp_differs(tmp_
     assert files.json.read_bytes() == files2.json.read_bytes()
     assert files.markdown.read_bytes() == files2.markdown.read_bytes()
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(
-        ["report.json", "report.md", report_plots.BLAME_PLOT, report_plots.ITEMS_PLOT])  # no temp files left
+        ["report.json", "report.md", "report.html", "manifest.json", *(p.name for p in files.scores),
+         report_plots.BLAME_PLOT, report_plots.ITEMS_PLOT])  # no temp files left
+    for name in ("report.html", "manifest.json", *(p.name for p in files.scores)):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     for plot in files.plots:
         assert plot.read_bytes().startswith(b"\x89PNG")
         assert plot.read_bytes() == (tmp_path / "b" / plot.name).read_bytes()
@@ -221,3 +225,115 @@ def test_importing_attribution_and_report_imports_neither_torch_nor_matplotlib()
             "print(sorted(m for m in ('torch', 'matplotlib', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- every score, the manifest file, report.html ------------------------------------------------
+
+
+def _read_scores_csv(path):
+    """scores.csv as a list of dicts, with pandas when installed (what a user would do), else the csv module."""
+    try:
+        import pandas
+    except ImportError:
+        import csv
+
+        with open(path, newline="", encoding="utf-8") as handle:
+            return [dict(row) for row in csv.DictReader(handle)]
+    return pandas.read_csv(path).to_dict("records")
+
+
+def test_scores_csv_holds_every_example_most_blamed_first_with_its_cluster(tmp_path):
+    report, scores, clusters = _attributed()
+    matrix = np.arange(len(scores) * len(scores.item_ids), dtype=np.float64).reshape(len(scores), -1) / 7
+    files = write_report(report, tmp_path, scores=scores, clusters=clusters, item_blame=matrix)
+    rows = _read_scores_csv(tmp_path / "scores.csv")
+    assert len(rows) == len(scores) and [int(r["rank"]) for r in rows] == list(range(1, len(scores) + 1))
+    assert [r["id"] for r in rows[:5]] == list(scores.top_ids())
+    first = rows[0]
+    position = int(first["position"])
+    assert first["cluster"] == "vendor" and str(first["accused"]).lower() == "true"
+    assert float(first["blame"]) == scores.blame[position]  # the shortest round-trip text loses nothing
+    for q, item in enumerate(scores.item_ids):
+        assert float(first[f"item:{item}"]) == matrix[position, q]
+    data = json.loads(files.json.read_text())
+    assert data["scores"]["files"][0] == "scores.csv" and data["scores"]["rows"] == len(scores)
+    assert len(data["top_examples"]) == 5  # report.json keeps its top-k; the rest is in the scores files
+    assert "[scores.csv](scores.csv)" in files.markdown.read_text()
+
+
+def test_scores_parquet_has_the_same_rows_typed(tmp_path):
+    pandas = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    report, scores, clusters = _attributed()
+    write_report(report, tmp_path, scores=scores, clusters=clusters)
+    table = pandas.read_parquet(tmp_path / "scores.parquet")
+    text = pandas.read_csv(tmp_path / "scores.csv")
+    assert list(table.columns) == list(text.columns) == ["position", "id", "rank", "blame", "cluster", "accused"]
+    assert table["accused"].dtype == bool and table["rank"].tolist() == text["rank"].tolist()
+    assert table["blame"].tolist() == text["blame"].tolist()
+
+
+def test_without_pyarrow_only_the_csv_is_written_and_the_report_says_so(tmp_path, monkeypatch):
+    from gradian.report import scores as score_files
+
+    (tmp_path / "scores.parquet").write_bytes(b"from an earlier run")
+    monkeypatch.setattr(score_files, "parquet_available", lambda: False)
+    report, scores, clusters = _attributed()
+    files = write_report(report, tmp_path, scores=scores, clusters=clusters)
+    assert [p.name for p in files.scores] == ["scores.csv"] and not (tmp_path / "scores.parquet").exists()
+    data = json.loads(files.json.read_text())
+    assert data["scores"]["files"] == ["scores.csv"] and "pip install 'gradian-core[parquet]'" in data["scores"]["note"]
+    assert score_files.PARQUET_MISSING_NOTE in files.markdown.read_text()
+
+
+def test_the_manifest_is_its_own_file_linked_from_report_md(tmp_path):
+    report, scores, clusters = _attributed()
+    files = write_report(report, tmp_path, scores=scores, clusters=clusters)
+    assert json.loads(files.manifest.read_text()) == MANIFEST
+    assert "[manifest.json](manifest.json)" in files.markdown.read_text()
+
+
+def _html_structure(text: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """Headings in order, (tag, src/href) of every asset reference, and the text, via the standard parser."""
+    from html.parser import HTMLParser
+
+    class Collect(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.headings, self.refs, self.text, self._in = [], [], [], None
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag in ("h2", "table", "details", "summary"):
+                self.headings.append(tag if tag != "h2" else "")
+                self._in = tag if tag == "h2" else None
+            for key in ("src", "href"):
+                if key in attrs:
+                    self.refs.append((tag, attrs[key]))
+
+        def handle_data(self, data):
+            if self._in == "h2":
+                self.headings[-1] = "h2:" + data
+                self._in = None
+            self.text.append(data)
+
+    parser = Collect()
+    parser.feed(text)
+    parser.close()
+    return parser.headings, parser.refs, parser.text
+
+
+def test_report_html_is_self_contained_verdict_first_and_escapes_user_text(tmp_path):
+    report, scores, clusters = _attributed()
+    files = write_report(report, tmp_path, scores=scores, clusters=clusters)
+    text = files.html.read_text(encoding="utf-8")
+    headings, refs, body = _html_structure(text)
+    assert headings[0] == "h2:Verdict" and headings.index("h2:Verdict") < headings.index("table")
+    assert headings.index("h2:Provenance") < headings.index("details")  # provenance is collapsed
+    images = [src for tag, src in refs if tag == "img"]
+    assert len(images) == len(files.plots) and all(src.startswith("data:image/png;base64,") for src in images)
+    assert all(not ref.startswith(("http:", "https:", "//")) for _, ref in refs)  # no external assets
+    assert "<link" not in text and "<script" not in text
+    assert "<city>" not in text and "&lt;city&gt;" in text  # a model's output is text, never markup
+    assert any("Wrong | <city>" in chunk for chunk in body)  # ...and reads back as the original text
+    assert report["verdict"]["headline"] in "".join(body)

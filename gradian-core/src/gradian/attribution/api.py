@@ -120,7 +120,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
             queries, item_ids = _fallback_queries(index, examples, config)
     with stages.stage("score"):
         from gradian.attribution.preconditioners import from_config as fit_from_config
-        from gradian.attribution.scoring import score_with_config
+        from gradian.attribution.scoring import ItemBlameCollector, score_with_config
 
         statistics = index_statistics(index, config.attribution.preconditioner,
                                       chunk_bytes=config.attribution.chunk_bytes)
@@ -128,7 +128,8 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                                          adam_exp_avg_sq=_adam_state(run, config, capture))
         preconditioned = preconditioner.apply(queries)
         # Scored as already preconditioned: applying P again would hold a second queries x dim float64 copy.
-        scores = score_with_config(index, preconditioned, config.attribution, item_ids=item_ids)
+        item_blame = ItemBlameCollector()  # every example's per-item blame, for scores.csv, from the same read
+        scores = score_with_config(index, preconditioned, config.attribution, item_ids=item_ids, item_sink=item_blame)
     with stages.stage("clusters"):
         from gradian.attribution.clusters import score_clusters
 
@@ -137,7 +138,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         drills = _span_drills(capture, loaded.tokenizer, examples, scores, preconditioned, config)
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
-                  signal_choice=signal_choice, warnings=_model_warnings(loaded))
+                  signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=item_blame.matrix())
 
 
 def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_bytes: int | None = None) -> Any:
@@ -325,7 +326,8 @@ def _refuse(capability: Any, config: GradianConfig, out: str | Path, stages: _St
 
 def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Sequence[str] | None, *, index: Any,
            scores: Any, capability: Any, preconditioner: Any, clusters: Any, drills: list[Any],
-           examples: Sequence[Any], signal_choice: Any, warnings: Sequence[Any] = ()) -> AttributionOutcome:
+           examples: Sequence[Any], signal_choice: Any, warnings: Sequence[Any] = (),
+           item_blame: np.ndarray | None = None) -> AttributionOutcome:
     from gradian.report import attribution_report, no_capability_target_report, write_report
 
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}
@@ -338,7 +340,7 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
         report = attribution_report(scores=scores, capability=capability, preconditioner=preconditioner,
                                     texts=texts, provenance=provenance, clusters=clusters, spans=drills,
                                     query_signal=signal_choice, warnings=warnings)
-    files = write_report(report, Path(out), scores=scores, clusters=clusters)
+    files = write_report(report, Path(out), scores=scores, clusters=clusters, item_blame=item_blame)
     return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))
 
 

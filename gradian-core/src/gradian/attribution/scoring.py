@@ -16,7 +16,7 @@ groups of budget // n_examples per pass, then one more pass collects the top-k e
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -34,6 +34,26 @@ from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.results import ExampleScores
 from gradian.errors import GradientIndexError
 from gradian.index.store import DEFAULT_CHUNK_BYTES, rows_per_chunk
+
+# (row offset, blame [rows, Q]) of each chunk, in order, from the first full read of the index
+ItemSink = Callable[[int, np.ndarray], None]
+
+
+class ItemBlameCollector:
+    """An ItemSink keeping every example's per-item blame, for scores.csv: [examples, items] float64 in memory.
+
+    That is examples x items x 8 bytes (100,000 examples x 20 items = 16 MB), which the score budget does not cover.
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[np.ndarray] = []
+
+    def __call__(self, offset: int, blame: np.ndarray) -> None:
+        self.blocks.append(np.array(blame, dtype=np.float64, copy=True))
+
+    def matrix(self) -> np.ndarray | None:
+        """The collected [examples, items] blame in dataset order, or None when nothing was scored."""
+        return np.concatenate(self.blocks, axis=0) if self.blocks else None
 
 
 @runtime_checkable
@@ -113,11 +133,12 @@ def item_blame(chunk: np.ndarray, preconditioned_queries: np.ndarray, *, normali
 def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: Preconditioner | None = None,
                    item_ids: Sequence[str] | None = None, normalize: bool = False, aggregation: str = "mean",
                    top_k: int = 20, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                   score_budget: int | None = None) -> ExampleScores:
+                   score_budget: int | None = None, item_sink: ItemSink | None = None) -> ExampleScores:
     """Score every example of ``source`` against the query gradients [Q, dim] and aggregate over items.
 
     ``queries`` are raw query gradients when ``preconditioner`` is given, else already preconditioned.
     ``chunk_bytes`` bounds the float32 rows read at once; ``score_budget`` the float64 scores held at once.
+    ``item_sink`` sees every chunk's per-item blame once (the first read of the index), in dataset order.
     """
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(AGGREGATIONS)}")
@@ -136,7 +157,7 @@ def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: 
     if n == 0:
         raise GradientIndexError("the gradient index has no rows", "build it from a non-empty training set")
     budget = score_budget if score_budget is not None else max(chunk_bytes // 8, n_items)
-    scorer = _ChunkScorer(source, pq, normalize, rows_per_chunk(chunk_bytes, pq.shape[1]))
+    scorer = _ChunkScorer(source, pq, normalize, rows_per_chunk(chunk_bytes, pq.shape[1]), item_sink)
     k = min(top_k, n)
     if aggregation == "mean":
         return _score_mean(scorer, item_ids, k, budget)
@@ -144,19 +165,21 @@ def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: 
 
 
 def score_with_config(source: ChunkSource, queries: np.ndarray, config: Any, *,
-                      preconditioner: Preconditioner | None = None,
-                      item_ids: Sequence[str] | None = None) -> ExampleScores:
+                      preconditioner: Preconditioner | None = None, item_ids: Sequence[str] | None = None,
+                      item_sink: ItemSink | None = None) -> ExampleScores:
     """``score_examples`` with normalize, aggregation, top_k and chunk_mb from an ``AttributionConfig``."""
     return score_examples(source, queries, preconditioner=preconditioner, item_ids=item_ids,
                           normalize=config.normalize, aggregation=config.aggregation, top_k=config.top_k,
-                          chunk_bytes=config.chunk_bytes)
+                          chunk_bytes=config.chunk_bytes, item_sink=item_sink)
 
 
 class _ChunkScorer:
     """Reads the source chunk by chunk, checks layout and finiteness, yields (offset, blame [rows, Q])."""
 
-    def __init__(self, source: ChunkSource, pq: np.ndarray, normalize: bool, chunk_rows: int) -> None:
+    def __init__(self, source: ChunkSource, pq: np.ndarray, normalize: bool, chunk_rows: int,
+                 sink: ItemSink | None = None) -> None:
         self.source, self.pq, self.normalize, self.chunk_rows = source, pq, normalize, chunk_rows
+        self.sink = sink
         self.n = len(source)
         self.ids = tuple(source.ids)
         self.passes = 0
@@ -180,6 +203,8 @@ class _ChunkScorer:
                     f"index row {bad} ({self.ids[bad]}) holds non-finite gradient values",
                     "rebuild the index with grads.storage_dtype float32; NaN or inf usually means an fp16 overflow",
                 )
+            if self.sink is not None and self.passes == 1:  # later passes re-read the same rows
+                self.sink(offset, blame)
             yield offset, blame
             expected = offset + chunk.shape[0]
         if expected != self.n:

@@ -1,11 +1,13 @@
-"""Reports: report.json (versioned schema), report.md rendered from it, and optional PNG plots.
+"""Reports: report.json (versioned schema), report.md and report.html rendered from it, every score, plots.
 
 Build a report dict with ``attribution_report`` / ``no_capability_target_report`` / ``refusal_report``, then
-``write_report(report, out_dir, scores=..., clusters=...)``. matplotlib is imported only when plots are drawn.
+``write_report(report, out_dir, scores=..., clusters=..., item_blame=...)``. matplotlib is imported only when
+plots are drawn, pyarrow only when scores.parquet is written.
 """
 
 from __future__ import annotations
 
+from gradian.report.html import render_html
 from gradian.report.json_report import (
     NO_CAPABILITY_TARGET_CODE,
     NO_CAPABILITY_TARGET_TEXT,
@@ -40,6 +42,7 @@ __all__ = [
     "method_summary",
     "no_capability_target_report",
     "refusal_report",
+    "render_html",
     "render_json",
     "render_markdown",
     "write_atomic",

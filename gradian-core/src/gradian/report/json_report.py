@@ -209,6 +209,8 @@ def _assemble(*, verdict: dict, capability: dict | None, query_signal: dict, met
         "spans": spans,
         "warnings": [{"code": w.code, "message": w.message} for w in warnings],
         "plots": {"files": [], "note": "plots not written (write_report writes them)"},
+        "scores": {"files": [], "rows": 0, "columns": [], "order": None,
+                   "note": "scores not written (write_report writes them)"},
         "provenance": {
             "command": provenance.command,
             "index_id": provenance.index_id,

@@ -12,6 +12,7 @@ from typing import Any
 SHOWN_CLUSTERS = 15
 SHOWN_ITEMS = 10
 CELL_CHARS = 80
+MANIFEST_FILE = "manifest.json"  # written next to report.md by the writer
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
@@ -23,6 +24,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         parts.append(_target(report["query_signal"]))
     if report.get("method") is not None:
         parts.append(_top_examples(report["top_examples"], report["method"]))
+        parts.append(_scores(report.get("scores") or {}))
         if report.get("clusters") is not None:
             parts.append(_clusters(report["clusters"]))
         parts.append(_spans(report.get("spans") or []))
@@ -91,6 +93,19 @@ def _top_examples(rows: list[Mapping[str, Any]], method: Mapping[str, Any]) -> s
         cluster = f"`{row['cluster']}`" if row.get("cluster") is not None else ""
         lines.append(f"| {row['rank']} | `{row['id']}` | {_g(row['blame'])} | {cluster} | "
                      f"{_cell(row['excerpt'], 200)} |")
+    return "\n".join(lines)
+
+
+def _scores(scores: Mapping[str, Any]) -> str:
+    """Where every example's score is: the files, linked, and why one is missing."""
+    files = scores.get("files") or []
+    lines = []
+    if files:
+        links = ", ".join(f"[{name}]({name})" for name in files)
+        lines.append(f"Every example's score ({scores.get('rows')} rows, most blamed first; position, id, rank, blame, "
+                     f"cluster, accused, one `item:<id>` column per query item): {links}.")
+    if scores.get("note"):
+        lines += (["", scores["note"]] if lines else [scores["note"]])
     return "\n".join(lines)
 
 
@@ -167,10 +182,22 @@ def _provenance(provenance: Mapping[str, Any], generated_at: str | None) -> str:
              "Command:", "", "```", provenance.get("command") or "", "```", "",
              f"Index id: `{provenance.get('index_id')}`" if provenance.get("index_id") else "Index id: none", "",
              "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), "",
-             "Manifest:", "", "```json", _pretty(provenance.get("manifest")), "```", "",
+             *_manifest_link(provenance.get("manifest") or {}),
              "Config:", "", "```json", _pretty(provenance.get("config")), "```", "",
              f"Generated at {generated_at} (the only line that differs between two runs on the same inputs)."]
     return "\n".join(lines)
+
+
+def _manifest_link(manifest: Mapping[str, Any]) -> list[str]:
+    """The manifest linked (it is mostly the block list, hundreds of KB on a real model), with its sources inline."""
+    if not manifest:
+        return ["Manifest: none (no gradient index was read).", ""]
+    lines = [f"Manifest: [{MANIFEST_FILE}]({MANIFEST_FILE}) (the gradient index's manifest; also in report.json)."]
+    sources = manifest.get("sources") or {}
+    shown = [(key, sources.get(key)) for key in ("dataset", "dataset_file_sha256", "base_model", "adapter")]
+    if any(value for _, value in shown):
+        lines += [""] + [f"- {key}: `{value}`" for key, value in shown if value]
+    return [*lines, ""]
 
 
 def _damping(knobs: Mapping[str, Any]) -> str:
@@ -178,6 +205,9 @@ def _damping(knobs: Mapping[str, Any]) -> str:
     if kind == "diagonal":
         source = knobs.get("damping_source")
         return f" (1 / (E[g^2] + lambda), lambda = {_g(knobs.get('damping'))}, {source})"
+    if kind == "kronecker":
+        return (f" (per LoRA matrix (L + lambda/2)^-1 (x) (R + lambda/2)^-1, full on the rank side, from "
+                f"{knobs.get('sample_rows')} sampled rows, lambda = {_g(knobs.get('damping'))})")
     if kind == "block":
         blocks = knobs.get("blocks") or []
         how = (f"damping {knobs['damping_ratio']:g} x mean eigenvalue per block" if knobs.get("damping") is None

@@ -1,21 +1,33 @@
-"""Writing a report directory: report.json, report.md and the PNG plots, each file written atomically."""
+"""Writing a report directory: report.json, report.md, report.html, the scores files, the manifest and the plots.
+
+Each file is written atomically (a temp file in the same directory, then a rename), so a reader never sees a
+half-written one.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import numpy as np
 
 from gradian.attribution.results import ClusterResult, ExampleScores
 from gradian.report import plots
+from gradian.report import scores as score_files
+from gradian.report.html import render_html
 from gradian.report.json_report import render_json
-from gradian.report.markdown import render_markdown
+from gradian.report.markdown import MANIFEST_FILE, render_markdown
 
 JSON_NAME = "report.json"
 MARKDOWN_NAME = "report.md"
+HTML_NAME = "report.html"
+MANIFEST_NAME = MANIFEST_FILE
 
 
 @dataclass(frozen=True)
@@ -25,17 +37,19 @@ class ReportFiles:
     json: Path
     markdown: Path
     plots: tuple[Path, ...] = ()
+    html: Path | None = None
+    scores: tuple[Path, ...] = ()
+    manifest: Path | None = None
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same directory and a rename: never half-written."""
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temp path next to ``path`` to write to, renamed onto ``path`` when the block ends without error."""
     path = Path(path)
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
     try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+        yield Path(temp)
         os.chmod(temp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
         os.replace(temp, path)
     except BaseException:
@@ -43,9 +57,25 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+@contextmanager
+def atomic_file(path: Path) -> Iterator[IO[bytes]]:
+    """A binary handle on a temp file next to ``path``, renamed onto it when the block ends without error."""
+    with atomic_path(path) as temp, temp.open("wb") as out:
+        yield out
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same directory and a rename: never half-written."""
+    with atomic_file(path) as out:
+        out.write(data)
+
+
 def write_report(report: Mapping[str, Any], out_dir: Path, *, scores: ExampleScores | None = None,
-                 clusters: ClusterResult | None = None, draw_plots: bool = True) -> ReportFiles:
-    """Write report.json, report.md and, when matplotlib is installed, the PNG plots into ``out_dir``."""
+                 clusters: ClusterResult | None = None, draw_plots: bool = True,
+                 item_blame: np.ndarray | None = None) -> ReportFiles:
+    """Write the report directory; ``item_blame`` [examples, items] adds per-item columns to the scores files."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -56,10 +86,56 @@ def write_report(report: Mapping[str, Any], out_dir: Path, *, scores: ExampleSco
         report["plots"] = {"files": files, "note": note}
     else:
         report["plots"] = {"files": [], "note": None if report.get("method") is None else "Plots not requested."}
-    json_path, markdown_path = out_dir / JSON_NAME, out_dir / MARKDOWN_NAME
+    score_paths = _write_scores(report, out_dir, scores, clusters, item_blame)
+    manifest = _write_manifest(report, out_dir)
+    json_path, markdown_path, html_path = out_dir / JSON_NAME, out_dir / MARKDOWN_NAME, out_dir / HTML_NAME
     write_atomic(json_path, render_json(report).encode("utf-8"))
     write_atomic(markdown_path, render_markdown(report).encode("utf-8"))
-    return ReportFiles(json=json_path, markdown=markdown_path, plots=tuple(written))
+    images = {path.name: path.read_bytes() for path in written}
+    write_atomic(html_path, render_html(report, images).encode("utf-8"))
+    return ReportFiles(json=json_path, markdown=markdown_path, plots=tuple(written), html=html_path,
+                       scores=score_paths, manifest=manifest)
+
+
+def _write_scores(report: dict[str, Any], out_dir: Path, scores: ExampleScores | None,
+                  clusters: ClusterResult | None, item_blame: np.ndarray | None) -> tuple[Path, ...]:
+    """Write scores.csv (and scores.parquet with pyarrow); record them in ``report["scores"]``."""
+    stale = out_dir / score_files.SCORES_PARQUET
+    if report.get("method") is None:  # a refusal scores nothing
+        report["scores"] = score_files.scores_section(None, [], None)
+        return ()
+    if scores is None:
+        report["scores"] = score_files.scores_section(None, [], "Scores not written (no scores were passed).")
+        return ()
+    names = None
+    if clusters is not None:
+        names = [clusters.assignment.names[label] for label in clusters.assignment.labels]
+    table = score_files.score_table(scores, cluster_names=names, accused=score_files.accused_names(report),
+                                    item_blame=item_blame)
+    paths = [out_dir / score_files.SCORES_CSV]
+    with atomic_file(paths[0]) as handle:
+        score_files.write_csv(table, handle)
+    note = None
+    if score_files.parquet_available():
+        paths.append(stale)
+        with atomic_path(stale) as temp:
+            score_files.write_parquet(table, temp)
+    else:
+        stale.unlink(missing_ok=True)  # a parquet file from an earlier run would disagree with this scores.csv
+        note = score_files.PARQUET_MISSING_NOTE
+    report["scores"] = score_files.scores_section(table, [path.name for path in paths], note)
+    return tuple(paths)
+
+
+def _write_manifest(report: dict[str, Any], out_dir: Path) -> Path | None:
+    """The index manifest as its own file, so report.md links it instead of inlining hundreds of KB."""
+    manifest = (report.get("provenance") or {}).get("manifest")
+    path = out_dir / MANIFEST_NAME
+    if not manifest:
+        path.unlink(missing_ok=True)
+        return None
+    write_atomic(path, (json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+    return path
 
 
 def _write_plots(report: Mapping[str, Any], out_dir: Path, scores: ExampleScores | None,

@@ -1,0 +1,168 @@
+"""scores.csv (always) and scores.parquet (when pyarrow is installed): every training example's blame.
+
+One row per training example, most blamed first: ``position`` (row in the dataset, 0-based), ``id``, ``rank``
+(1 = most blamed), ``blame`` (aggregated), ``cluster`` (its cluster's name, empty without clusters),
+``accused`` (whether that cluster is accused), then one ``item:<eval item id>`` column per query item holding
+that item's raw blame -(P q) . g before any per-item standardization (the same numbers as report.json's
+``item_blame``). Wide, one column per item, because that is what ``pandas.read_csv`` users index by; a report
+without per-item numbers has no item columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradian.errors import GradianError
+
+SCORES_CSV = "scores.csv"
+SCORES_PARQUET = "scores.parquet"
+ITEM_PREFIX = "item:"
+FIXED_COLUMNS = ("position", "id", "rank", "blame", "cluster", "accused")
+PARQUET_MISSING_NOTE = "scores.parquet skipped: pyarrow is not installed (pip install 'gradian-core[parquet]')."
+
+
+@dataclass(frozen=True)
+class ScoreTable:
+    """Every example's scores as columns, rows most blamed first; ``items`` are the per-item columns' eval ids."""
+
+    position: np.ndarray
+    ids: tuple[str, ...]
+    rank: np.ndarray
+    blame: np.ndarray
+    cluster: tuple[str | None, ...]
+    accused: np.ndarray
+    items: tuple[str, ...]
+    item_blame: np.ndarray | None  # [rows, items] in row order, or None without per-item numbers
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column name, in file order."""
+        return FIXED_COLUMNS + tuple(ITEM_PREFIX + item for item in self.items)
+
+
+def parquet_available() -> bool:
+    """Whether pyarrow can be imported, without importing it."""
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def score_table(scores: Any, *, cluster_names: Sequence[str | None] | None = None,
+                accused: Sequence[str] = (), item_blame: np.ndarray | None = None) -> ScoreTable:
+    """The table of an ExampleScores, ``cluster_names`` per position and the ``[examples, items]`` per-item blame."""
+    order = np.asarray(scores.order(), dtype=np.int64)
+    names = tuple(cluster_names) if cluster_names is not None else (None,) * len(scores)
+    blocked = set(accused)
+    per_item = None
+    if item_blame is not None:
+        per_item = np.asarray(item_blame, dtype=np.float64)
+        if per_item.shape != (len(scores), len(scores.item_ids)):
+            raise ValueError("item_blame needs one row per example and one column per item")
+        per_item = per_item[order]
+    return ScoreTable(
+        position=order, ids=tuple(scores.ids[p] for p in order),
+        rank=np.asarray(scores.ranks, dtype=np.int64)[order], blame=np.asarray(scores.blame, dtype=np.float64)[order],
+        cluster=tuple(names[p] for p in order), accused=np.array([names[p] in blocked for p in order], dtype=bool),
+        items=tuple(scores.item_ids) if per_item is not None else (), item_blame=per_item)
+
+
+def csv_rows(table: ScoreTable) -> Iterator[list[str]]:
+    """The header, then one row of text cells per example; floats in their shortest round-trip form."""
+    yield list(table.columns)
+    for row in range(len(table.ids)):
+        cells = [str(int(table.position[row])), table.ids[row], str(int(table.rank[row])), _float(table.blame[row]),
+                 table.cluster[row] or "", "true" if table.accused[row] else "false"]
+        if table.item_blame is not None:
+            cells += [_float(value) for value in table.item_blame[row]]
+        yield cells
+
+
+def write_csv(table: ScoreTable, handle: Any) -> None:
+    """Write scores.csv to a binary file handle (UTF-8, LF line ends, RFC 4180 quoting)."""
+    text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerows(csv_rows(table))
+    text.flush()
+    text.detach()  # the caller owns (and closes) the binary handle
+
+
+def write_parquet(table: ScoreTable, path: Path) -> None:
+    """Write scores.parquet (typed columns, the same rows and names as scores.csv) with pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns: dict[str, Any] = {
+        "position": pa.array(table.position, type=pa.int64()), "id": pa.array(table.ids, type=pa.string()),
+        "rank": pa.array(table.rank, type=pa.int64()), "blame": pa.array(table.blame, type=pa.float64()),
+        "cluster": pa.array(table.cluster, type=pa.string()), "accused": pa.array(table.accused, type=pa.bool_()),
+    }
+    for column, item in enumerate(table.items):
+        columns[ITEM_PREFIX + item] = pa.array(table.item_blame[:, column], type=pa.float64())
+    pq.write_table(pa.table(columns), str(path), compression="zstd")
+
+
+def scores_section(table: ScoreTable | None, files: Sequence[str], note: str | None) -> dict[str, Any]:
+    """What report.json says about the scores files: names, rows, columns, and why one is missing."""
+    if table is None:
+        return {"files": [], "rows": 0, "columns": [], "order": None, "note": note}
+    return {"files": list(files), "rows": len(table.ids), "columns": list(table.columns),
+            "order": "rank (most blamed first)", "note": note}
+
+
+@dataclass(frozen=True)
+class RecordedScores:
+    """scores.csv read back: ids, ranks, clusters and accused flags, most blamed first."""
+
+    path: Path
+    ids: tuple[str, ...]
+    positions: tuple[int, ...]
+    ranks: tuple[int, ...]
+    clusters: tuple[str, ...]
+    accused: tuple[bool, ...]
+
+
+class ScoresFileError(GradianError):
+    """A scores.csv that is missing or not the one a gradian report writes."""
+
+
+def read_scores(report_dir: Path | str) -> RecordedScores:
+    """Read a report directory's scores.csv with the csv module (pandas not needed)."""
+    path = Path(report_dir) / SCORES_CSV
+    if not path.is_file():
+        raise ScoresFileError(f"{report_dir} has no {SCORES_CSV} (reports from before it existed lack it)",
+                              "rerun gradian attribute to write it, or pass --drop ids.txt")
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, [])
+        if tuple(header[: len(FIXED_COLUMNS)]) != FIXED_COLUMNS:
+            raise ScoresFileError(f"{path} does not start with the columns {', '.join(FIXED_COLUMNS)}",
+                                  "rerun gradian attribute to rewrite the report")
+        rows = [row for row in reader if row]
+    try:
+        return RecordedScores(path=path, ids=tuple(row[1] for row in rows),
+                              positions=tuple(int(row[0]) for row in rows), ranks=tuple(int(row[2]) for row in rows),
+                              clusters=tuple(row[4] for row in rows), accused=tuple(row[5] == "true" for row in rows))
+    except (IndexError, ValueError):
+        raise ScoresFileError(f"{path} has a malformed row", "rerun gradian attribute to rewrite the report") from None
+
+
+def accused_names(report: Mapping[str, Any]) -> tuple[str, ...]:
+    """The clusters the report accuses: every ranked cluster flagged accused, else the verdict's one."""
+    ranked = (report.get("clusters") or {}).get("ranked") or []
+    names = tuple(row["name"] for row in ranked if row.get("accused"))
+    if names:
+        return names
+    single = (report.get("verdict") or {}).get("accused_cluster")
+    return (single,) if single else ()
+
+
+def _float(value: float) -> str:
+    """A float's shortest round-trip text; NaN / inf (never expected) as an empty cell, as pandas reads NaN."""
+    number = float(value)
+    return repr(number) if np.isfinite(number) else ""
