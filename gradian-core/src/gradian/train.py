@@ -7,9 +7,11 @@ module never imports one until the job runs, and never imports trl or unsloth it
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,28 @@ def resolve_backend(name: str) -> TrainerSpec:
     return spec
 
 
+@contextlib.contextmanager
+def job_environment() -> Iterator[None]:
+    """Off the Hub while a training job runs; the caller's environment and torch determinism flags afterwards."""
+    # peft asks the Hub whether the base model's config exists on every adapter save whose base is not a local dir
+    # (Trainer checkpoints included), reading HF_HUB_OFFLINE at call time; transformers' full_determinism sets
+    # CUDA_LAUNCH_BLOCKING and friends and torch's deterministic mode. None of it may outlive the job in a notebook.
+    import torch
+
+    saved = dict(os.environ)
+    deterministic = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(saved):
+            del os.environ[name]
+        os.environ.update({name: value for name, value in saved.items() if os.environ.get(name) != value})
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
+
+
 def run_training(job: TrainJob, backend: str = DEFAULT_BACKEND, *, overwrite: bool = False) -> TrainResult:
     """Train with the named backend into a staging dir and publish ``<out>/adapter`` and ``<out>/run``."""
     from gradian.training.output import ADAPTER_DIR, RUN_DIR, check_output_dir, staged_output, write_job_files
@@ -101,7 +125,7 @@ def run_training(job: TrainJob, backend: str = DEFAULT_BACKEND, *, overwrite: bo
     check_output_dir(job.out, overwrite)  # before loading anything: refusing takes a second, not a model load
     trainer = load_object(spec.load)()
     started = time.monotonic()
-    with staged_output(job.out, overwrite) as staged:
+    with staged_output(job.out, overwrite) as staged, job_environment():
         result = trainer.train(dataclasses.replace(job, out=staged.staging))
         write_job_files(staged.run_dir, job, backend, result.notes)
     return dataclasses.replace(

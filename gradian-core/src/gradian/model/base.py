@@ -18,10 +18,6 @@ from gradian.errors import ModelError
 from gradian.model import embedded
 from gradian.model.quantized import refuse_quantized_base
 
-# Gradian never downloads anything. peft asks the hub whether a base model's config exists when it reads or saves
-# adapter state (it reads this variable at call time), which off-line means a DNS failure and a warning per call.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 # Hugging Face repo ids: "name" or "namespace/name" of letters, digits, "-", "_" and ".".
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")
 _NAME_HINT = (

@@ -120,7 +120,8 @@ def finish_run(trainer: Any, staged: StagedOutput, *, backend: str, started: flo
     import torch
     from transformers.trainer import TRAINING_ARGS_NAME
 
-    trainer.model.save_pretrained(str(staged.adapter_dir), safe_serialization=True)
+    # save_embedding_layers=False: the base vocabulary is never resized, and "auto" asks the hub to make sure.
+    trainer.model.save_pretrained(str(staged.adapter_dir), safe_serialization=True, save_embedding_layers=False)
     trainer.save_state()  # trainer_state.json with log_history, in args.output_dir == the run dir
     torch.save(trainer.args, staged.run_dir / TRAINING_ARGS_NAME)  # what Trainer.save_model writes
     state = trainer.state
