@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "gradian.cli.cache_cmd",
     "gradian.cli.diagnose_cmd",
     "gradian.cli.verify_cmd",
+    "gradian.cli.export_cmd",
     "gradian.cli.inject_cmd",
     "gradian.cli.demo_cmd",
 )
@@ -54,8 +55,13 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print results and errors only: no progress, notes or timings."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print stage timings and gradian's log lines on stderr."),
 ) -> None:
     """Find the training data that broke your LoRA fine-tune."""
+    from gradian.cli.output import set_verbosity
+
+    set_verbosity(quiet, verbose)
 
 
 for _module in COMMAND_MODULES:
@@ -79,7 +85,10 @@ def invoked_command() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit code 2."""
     global _invoked_argv
+    from gradian.cli.output import set_verbosity
+
     _invoked_argv = list(argv) if argv is not None else None
+    set_verbosity(False, False)  # the root callback sets this invocation's level; nothing carries over
     # transformers 5 warns about its own deprecated property on every model load; it says nothing to a user.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -16,12 +16,13 @@ from gradian.cli.options import (
     DeviceOption,
     DtypeOption,
     EvalDatasetOption,
+    FormatOption,
     RunOption,
     SetOption,
     TrustRemoteCodeFlag,
 )
 
-OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report directory (report.md, report.json, plots).")]
+OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report directory (report.md, report.html, report.json, scores.csv, plots).")]
 IndexOption = Annotated[Optional[Path], typer.Option("--index", help="Gradient index directory (default: the cache, keyed by the index id); one holding the index of other inputs is refused, not overwritten.")]
 EvalFormatOption = Annotated[Optional[str], typer.Option(
     "--eval-format", help="Declare the eval set's row format (messages, sharegpt, prompt_completion, alpaca); "
@@ -43,16 +44,20 @@ def attribute(
     trust_remote_code: TrustRemoteCodeFlag = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    output_format: FormatOption = "table",
 ) -> None:
     """Measure the regression, then rank the examples, clusters and sentences that pushed the model toward it."""
     from gradian.attribution.api import attribute as run_attribution
     from gradian.cli.app import invoked_command
     from gradian.cli.options import load_cli_config
+    from gradian.cli.output import note
+    from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
     from gradian.errors import ConfigError
     from gradian.model.loaded import require_adapter
     from gradian.model.placement import resolve_placement
 
+    fmt = check_format(output_format)
     placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing
     require_adapter(adapter, "attribute")
     if dataset is None:
@@ -67,10 +72,27 @@ def attribute(
                                   command=invoked_command(), eval_format=eval_format,
                                   refuse_other_index=index is not None, device=placement.device,
                                   dtype=placement.dtype,
-                                  say=lambda line: typer.echo(line, err=True))
-    typer.echo(verdict_text(outcome.report))
-    typer.echo("stages: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in outcome.timings.items()))
-    typer.echo(f"report: {outcome.out_dir / 'report.md'}")
+                                  say=note)
+    print_outcome(outcome, fmt)
+
+
+def print_outcome(outcome: Any, fmt: str) -> None:
+    """The result on stdout in ``fmt`` (json: report.json, md: report.md); timings and file names on stderr."""
+    from gradian.cli.output import is_quiet, note
+
+    stages = "stages: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in outcome.timings.items())
+    if fmt == "json":
+        typer.echo((outcome.out_dir / "report.json").read_text(encoding="utf-8"), nl=False)
+    elif fmt == "md":
+        typer.echo((outcome.out_dir / "report.md").read_text(encoding="utf-8"), nl=False)
+    else:
+        typer.echo(verdict_text(outcome.report))
+        if not is_quiet():
+            typer.echo(stages)
+        typer.echo(f"report: {outcome.out_dir / 'report.md'} (also report.html; every score in scores.csv)")
+        return
+    note(stages)
+    note(f"report: {outcome.out_dir / 'report.md'}")
 
 
 def verdict_text(report: dict) -> str:

@@ -1,23 +1,33 @@
-"""Progress bars on stderr for long stages (rich), shared by every command.
+"""Progress on stderr for long stages, shared by every command: rich bars on a terminal, plain lines otherwise.
 
 A stage's bar appears at its first report, so input refused before any work leaves no empty bar behind, and
-work finished in an earlier run (a resumed index) does not count toward the rate.
+work finished in an earlier run (a resumed index) does not count toward the rate. When stderr is not a terminal
+(CI logs, ``2> log``, a notebook) a bar would print nothing useful until the end, so each stage prints a line
+at its first report, every LINE_INTERVAL seconds, and when it completes. ``-q`` turns both off.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 Tick = Callable[[int, int], None]
+LINE_INTERVAL = 5.0  # seconds between two plain progress lines of one stage
 
 
 @contextmanager
 def stage_bars(enabled: bool = True) -> Iterator[Callable[[str], Tick | None]]:
-    """A factory: ``bars(stage)`` gives a (done, total) callback drawing that stage's bar."""
-    if not enabled:
+    """A factory: ``bars(stage)`` gives a (done, total) callback drawing that stage's bar (or its lines)."""
+    from gradian.cli.output import is_quiet
+
+    if not enabled or is_quiet():
         yield lambda stage: None
+        return
+    if not sys.stderr.isatty():
+        yield _Lines().stage
         return
     bars = _Bars()
     try:
@@ -31,6 +41,39 @@ def one_bar(description: str, enabled: bool = True) -> Iterator[Tick | None]:
     """A single (done, total) progress callback, or None when disabled."""
     with stage_bars(enabled) as bars:
         yield bars(description)
+
+
+class _Lines:
+    """Plain progress lines: ``gradian: index 120/800 (15%), 3.2 ex/s, ETA 0:03:32``."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started: dict[str, tuple[float, int]] = {}  # stage -> (time, done) at its first report
+        self.printed: dict[str, float] = {}
+
+    def stage(self, name: str) -> Tick:
+        def update(done: int, total: int) -> None:
+            now = self.clock()
+            first = name not in self.started
+            if first:
+                self.started[name] = (now, done)
+            finished = total > 0 and done >= total
+            if first or finished or now - self.printed.get(name, now) >= LINE_INTERVAL:
+                self.printed[name] = now
+                print(f"gradian: {name} {_line(done, total, now, *self.started[name])}", file=sys.stderr, flush=True)
+
+        return update
+
+
+def _line(done: int, total: int, now: float, since: float, first_done: int) -> str:
+    """``done/total (pct)``, then the rate and ETA once there is one."""
+    text = f"{done}/{total}" + (f" ({done / total:.0%})" if total else "")
+    elapsed, counted = now - since, done - first_done
+    if elapsed <= 0 or counted <= 0:
+        return text
+    rate = counted / elapsed
+    minutes, seconds = divmod(int(round(max(0, total - done) / rate)), 60)
+    return f"{text}, {rate:.2f} ex/s, ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
 
 
 class _Bars:

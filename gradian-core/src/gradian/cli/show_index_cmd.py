@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gradian.cli.options import JsonFlag
+from gradian.cli.options import FormatOption, JsonFlag
 
 # Long lists already shown elsewhere (the block table) or only useful in --json.
 _SUMMARIZED = {"blocks", "stat_blocks", "spec.grads.lora_blocks", "spec.grads.projection.sketches"}
@@ -18,15 +18,21 @@ def show_index(
     directory: Annotated[Path, typer.Argument(help="An index directory written by gradian index.", show_default=False)],
     json_output: JsonFlag = False,
     verify: Annotated[bool, typer.Option("--verify", help="Also check every shard against its sha256.")] = False,
+    output_format: FormatOption = "table",
 ) -> None:
     """Print an index's LoRA blocks and its manifest (what it was built from, and how)."""
+    from gradian.cli.output import output_format as check_format
     from gradian.index.store import Index
 
+    fmt = check_format(output_format, json_output)
     index = Index.open(directory)
     if verify:
         index.verify()
-    if json_output:
+    if fmt == "json":
         typer.echo(json.dumps(index.describe(), indent=2, sort_keys=True))
+        return
+    if fmt == "md":
+        typer.echo(index_markdown(index, verified=verify))
         return
     from gradian.cli.console import table_console
 
@@ -49,6 +55,19 @@ def block_table(index: Any) -> Any:
                       "x".join(map(str, block.stored_shape)), str(block.offset), str(block.width),
                       "yes" if block.module in with_matrix else "no (too wide)")
     return table
+
+
+def index_markdown(index: Any, verified: bool = False) -> str:
+    """The block list and the flattened manifest as Markdown tables."""
+    from gradian.cli.output import markdown_table
+
+    blocks = markdown_table(("block", "matrix", "shape", "stored", "offset", "width"), [
+        (b.module, b.matrix, "x".join(map(str, b.shape)), "x".join(map(str, b.stored_shape)), b.offset, b.width)
+        for b in index.blocks])
+    manifest = markdown_table(("key", "value"), _flatten(index.describe()))
+    title = "manifest.json" + (" (every checksum verified)" if verified else "")
+    return (f"# gradient index `{index.path}`\n\n## {len(index.blocks) // 2} LoRA blocks, {index.dim} numbers per "
+            f"example\n\n{blocks}\n\n## {title}\n\n{manifest}")
 
 
 def manifest_table(manifest: dict[str, Any], verified: bool = False) -> Any:

@@ -1,0 +1,194 @@
+"""`gradian export`: the training dataset minus the rows a report blames, in the dataset's own format.
+
+What to drop: ``accused`` (every member of the clusters the report accuses, as scores.csv records membership),
+``top:K`` (the K most blamed examples) or a file of example ids, one per line. The dataset is the one the report's
+provenance names (or ``--dataset``); it must be the bytes the report was made from, since ids embed position and
+content. Nothing is written until every check has passed, and the original dataset is never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import GradianError
+from gradian.report.json_report import SCHEMA
+from gradian.report.scores import SCORES_CSV, accused_names, read_scores
+
+DROP_HELP = "accused, top:K or a file of example ids (one per line)"
+
+
+class ExportError(GradianError):
+    """A report, drop choice or output that `gradian export` cannot use."""
+
+
+@dataclass(frozen=True)
+class DropChoice:
+    """What to drop, parsed from ``--drop``: kind accused | top | file, with K or the ids file."""
+
+    kind: str
+    top: int = 0
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What export dropped and wrote."""
+
+    dataset: Path
+    out: Path
+    kind: str  # the container written (the input's own): jsonl | json | parquet | arrow
+    how: str  # how rows were copied
+    dropped: tuple[str, ...]  # ids, in dataset order
+    kept: int
+    total: int
+    origin: str  # one phrase: where the drop set came from
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as plain JSON."""
+        return {"dataset": str(self.dataset), "out": str(self.out), "format": self.kind, "how": self.how,
+                "total": self.total, "kept": self.kept, "dropped": list(self.dropped), "origin": self.origin}
+
+
+def parse_drop(spec: str) -> DropChoice:
+    """``accused``, ``top:K`` (K >= 1) or the path of an ids file."""
+    if spec == "accused":
+        return DropChoice("accused")
+    if spec.startswith("top:"):
+        count = spec[4:]
+        if not count.isdigit() or int(count) < 1:
+            raise ExportError(f"--drop {spec!r}: K must be a whole number of examples, at least 1",
+                              "e.g. --drop top:20")
+        return DropChoice("top", top=int(count))
+    path = Path(spec)
+    if not path.is_file():
+        raise ExportError(f"--drop {spec!r} is neither accused, top:K nor an existing ids file", f"pass {DROP_HELP}")
+    return DropChoice("file", path=path)
+
+
+def export_without(report_dir: Path | str, drop: str, out: Path | str, *, dataset: Path | str | None = None,
+                   overwrite: bool = False) -> ExportResult:
+    """Write the report's dataset minus the ``drop`` rows to ``out``; every check runs before anything is written."""
+    from gradian.checking.drop_set import read_report
+    from gradian.data import load_dataset
+    from gradian.data.subset import write_subset
+
+    report = read_report(report_dir)
+    _check_schema(report)
+    choice = parse_drop(drop)
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ExportError(f"--out {out} already exists", "pass --overwrite to replace it, or another --out")
+    path = _dataset_path(report, dataset)
+    examples = load_dataset(path)
+    _check_same_dataset(report, examples)
+    ids, origin = _drop_ids(report, choice, examples)
+    dropped = set(ids)
+    keep = [example.index for example in examples if example.id not in dropped]
+    if not keep:
+        raise ExportError(f"dropping {len(dropped)} of {len(examples)} rows leaves no training data",
+                          "drop fewer rows, e.g. --drop top:K with a smaller K")
+    written = write_subset(examples.path, keep, out, sha256=examples.sha256)
+    ordered = tuple(example.id for example in examples if example.id in dropped)
+    return ExportResult(examples.path, out, written.kind, written.how, ordered, len(keep), len(examples), origin)
+
+
+def _check_schema(report: Any) -> None:
+    schema = report.report.get("schema")
+    if schema != SCHEMA:
+        raise ExportError(f"{report.directory}/report.json has schema {schema!r}; this gradian reads {SCHEMA!r}",
+                          "export it with the gradian version that wrote it, or rerun gradian attribute")
+
+
+def _dataset_path(report: Any, dataset: Path | str | None) -> Path:
+    named = dataset if dataset is not None else report.named("dataset")
+    if not named:
+        raise ExportError(f"the report in {report.directory} names no training dataset",
+                          "pass --dataset with the exact training data the report attributed")
+    return Path(named)
+
+
+def _check_same_dataset(report: Any, examples: Any) -> None:
+    """Ids embed position and content: a dataset that changed since the report would drop the wrong rows."""
+    recorded = report.sources.get("dataset_file_sha256")
+    if recorded and recorded != examples.sha256:
+        raise ExportError(f"{examples.path} changed since the report was made (sha256 {examples.sha256[:12]} now, "
+                          f"{str(recorded)[:12]} in the report)",
+                          "export needs the exact training data the report attributed: restore it, pass that file "
+                          "with --dataset, or rerun gradian attribute")
+
+
+def _drop_ids(report: Any, choice: DropChoice, examples: Any) -> tuple[tuple[str, ...], str]:
+    """The ids to drop and where they came from."""
+    if choice.kind == "file":
+        from gradian.checking.drop_set import file_drop_set
+
+        drop = file_drop_set(choice.path, examples, dataset_label=str(examples.path))
+        return drop.ids, drop.origin
+    if report.report.get("method") is None:
+        verdict = report.report.get("verdict") or {}
+        raise ExportError(f"the report in {report.directory} attributed nothing ({verdict.get('headline')})",
+                          "there is no blame to drop by; pass --drop ids.txt to drop rows you chose")
+    recorded = _recorded_scores(report, examples)
+    if choice.kind == "top":
+        return _top_ids(report, choice.top, recorded, len(examples))
+    return _accused_ids(report, recorded, examples)
+
+
+def _recorded_scores(report: Any, examples: Any) -> Any:
+    """scores.csv, checked against the dataset; None for a report written before scores.csv existed."""
+    if not (report.directory / SCORES_CSV).is_file():
+        return None
+    recorded = read_scores(report.directory)
+    if set(recorded.ids) != set(examples.ids):
+        unknown = next((i for i in recorded.ids if i not in set(examples.ids)), None)
+        raise ExportError(f"{recorded.path} scores ids that {examples.path} does not hold"
+                          + (f" (first: {unknown})" if unknown else ""),
+                          "the dataset changed since the report; pass --dataset with the exact training data the "
+                          "report attributed, or rerun gradian attribute")
+    return recorded
+
+
+def _top_ids(report: Any, k: int, recorded: Any, total: int) -> tuple[tuple[str, ...], str]:
+    if k > total:
+        raise ExportError(f"--drop top:{k} asks for more examples than the dataset's {total}",
+                          f"pass K of at most {total - 1}")
+    if recorded is not None:
+        ids = tuple(i for i, rank in zip(recorded.ids, recorded.ranks, strict=True) if rank <= k)
+        return ids, f"the {k} most blamed examples in {recorded.path}"
+    top = report.report.get("top_examples") or []
+    if k > len(top):
+        raise ExportError(f"the report in {report.directory} has no {SCORES_CSV} and lists only its top {len(top)}",
+                          f"pass K of at most {len(top)}, or rerun gradian attribute to write {SCORES_CSV}")
+    return tuple(row["id"] for row in top[:k]), f"the {k} most blamed examples in {report.directory}/report.json"
+
+
+def _accused_ids(report: Any, recorded: Any, examples: Any) -> tuple[tuple[str, ...], str]:
+    names = accused_names(report.report)
+    if not names:
+        verdict = report.report.get("verdict") or {}
+        raise ExportError(f"the report in {report.directory} accuses no cluster ({verdict.get('headline')})",
+                          "pass --drop top:K for the K most blamed examples, or --drop ids.txt")
+    listed = ", ".join(f"`{name}`" for name in names)
+    if recorded is None:  # an older report: recompute membership the way verify does
+        from gradian.checking.drop_set import cluster_drop_set
+
+        drop = cluster_drop_set(report, examples)
+        return drop.ids, drop.origin
+    ids = _members(recorded, set(names))
+    return ids, f"accused cluster{'s' if len(names) > 1 else ''} {listed} of {recorded.path}"
+
+
+def _members(recorded: Any, names: set[str]) -> tuple[str, ...]:
+    return tuple(i for i, cluster in zip(recorded.ids, recorded.clusters, strict=True) if cluster in names)
+
+
+def summary_lines(result: ExportResult, shown: int = 5) -> Sequence[str]:
+    """What was dropped and written, as terminal lines."""
+    listed = ", ".join(result.dropped[:shown]) + (f" and {len(result.dropped) - shown} more"
+                                                  if len(result.dropped) > shown else "")
+    return [f"dropped {len(result.dropped)} of {result.total} rows ({result.origin}): {listed}",
+            f"wrote {result.kept} rows to {result.out} ({result.kind}, {result.how} from {result.dataset})"]
+
