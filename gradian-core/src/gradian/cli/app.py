@@ -56,7 +56,7 @@ def _print_version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print results and errors only: no progress, notes or timings."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print stage timings and gradian's log lines on stderr."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print gradian's INFO log lines on stderr."),
 ) -> None:
     """Find the training data that broke your LoRA fine-tune."""
     from gradian.cli.output import set_verbosity

@@ -1,7 +1,7 @@
 """How much a command prints: ``--format`` for its results, ``-q`` / ``-v`` for everything else on stderr.
 
 Results go to stdout in the chosen format; notes, progress and timings go to stderr, and ``-q`` silences them
-(errors still print). ``-v`` adds stage timings and gradian's INFO log lines.
+(errors still print). ``-v`` adds gradian's INFO log lines.
 """
 
 from __future__ import annotations
@@ -34,19 +34,13 @@ def is_quiet() -> bool:
 
 
 def is_verbose() -> bool:
-    """Whether -v was given: timings and INFO log lines too."""
+    """Whether -v was given: gradian's INFO log lines too."""
     return _level == VERBOSE
 
 
 def note(line: str) -> None:
     """A line for the person at the terminal (not a result): stderr, unless -q."""
     if _level != QUIET:
-        print(line, file=sys.stderr, flush=True)
-
-
-def detail(line: str) -> None:
-    """A line only -v asks for: stderr."""
-    if _level == VERBOSE:
         print(line, file=sys.stderr, flush=True)
 
 
