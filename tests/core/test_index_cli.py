@@ -174,9 +174,13 @@ def test_unsloth_in_process_is_refused(capsys, monkeypatch, tmp_path, tiny_base_
     assert len(err.strip().splitlines()) == 1
 
 
-def test_missing_base_model_or_dataset(capsys, tmp_path, tiny_adapter_dir, dataset):
-    code, _, err = run_cli(capsys, "index", "--adapter", tiny_adapter_dir, "--dataset", dataset)
-    assert_error(code, err, "--base-model")
+def test_missing_base_model_or_dataset(capsys, tmp_path, tiny_adapter_dir, dataset, hub_cache):
+    from tests.core.test_base_model_default import relabelled
+
+    # No --base-model, and the base the adapter names is not on this machine.
+    elsewhere = relabelled(tiny_adapter_dir, tmp_path / "adapter", "nobody-org/not-cached")
+    code, _, err = run_cli(capsys, "index", "--adapter", elsewhere, "--dataset", dataset)
+    assert_error(code, err, "nobody-org/not-cached", "--base-model")
     code, _, err = run_cli(capsys, "index", "--adapter", tiny_adapter_dir, "--base-model", tmp_path / "nope",
                            "--dataset", tmp_path / "missing.jsonl")
     assert code == 2 and "Traceback" not in err

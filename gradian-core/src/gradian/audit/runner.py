@@ -188,6 +188,17 @@ def run_inputs(artifact: RunArtifact, run_config: Path | None = None) -> dict[st
     return described
 
 
+def base_model_from_adapter(adapter_dir: Path | None, inputs: dict[str, Any]) -> str | None:
+    """The base model the adapter names, when it is on this machine (diagnose runs without one otherwise)."""
+    from gradian.model.base import local_base_model_named_by
+
+    named = local_base_model_named_by(adapter_dir) if adapter_dir is not None else None
+    if named is not None:
+        inputs["base_model"] = named
+        inputs["base_model_from"] = str(adapter_dir / "adapter_config.json")
+    return named
+
+
 def build_context(
     config: GradianConfig,
     *,
@@ -232,7 +243,10 @@ def build_context(
         adapter_info = read_adapter(artifact.adapter_dir)
         inputs["adapter"] = {"path": str(artifact.adapter_dir), "tensors": len(adapter_info.tensors),
                              "found_in_run_dir": True}
-    if base_model is not None:
+    if base_model is None:
+        adapter_dir = Path(adapter) if adapter is not None else (artifact.adapter_dir if artifact is not None else None)
+        base_model = base_model_from_adapter(adapter_dir, inputs)
+    else:
         inputs["base_model"] = str(base_model)
     ctx = AuditContext(config, dataset=scan, eval_dataset=eval_scan, run=artifact, adapter=adapter_info,
                        base_model=base_model, tokenizer=tokenizer, trust_remote_code=trust_remote_code)

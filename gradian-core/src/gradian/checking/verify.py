@@ -96,13 +96,13 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file", "pass a directory")
     report = read_report(report_dir) if report_dir is not None else None
-    base = _required(base_model, report, "base_model", "the base model the adapter was trained from")
     dataset_path = Path(_required(dataset, report, "dataset", "the exact training data, in the same order"))
     eval_path = Path(_required(eval_dataset, report, "eval_dataset", "the eval set the report was measured on"))
     for flag, path, given in (("--dataset", dataset_path, dataset), ("--eval-dataset", eval_path, eval_dataset)):
         if given is None and not path.exists():
             raise DatasetError(f"the report names {flag} {path}, which does not exist here", f"pass {flag}")
     adapter_path = _adapter(adapter, report, retrain_full)
+    base = _base_model(base_model, report, adapter_path)
     config, sources = _config(report, adapter_path, config_path, overrides)
     examples = load_dataset(dataset_path)
     _check_same_dataset(report, examples)
@@ -197,6 +197,15 @@ def _required(given: Any, report: ReportInputs | None, key: str, what: str) -> s
         return named
     where = "the report does not name it" if report is not None else "there is no --report to take it from"
     raise ConfigError(f"gradian verify needs {flag} ({where})", f"pass {flag}: {what}")
+
+
+def _base_model(given: str | None, report: ReportInputs | None, adapter: Path | None) -> str:
+    """--base-model, else the one the report names, else the one the adapter names when it is on this machine."""
+    if given is None and adapter is not None and (report is None or not report.named("base_model")):
+        from gradian.model.base import base_model_for
+
+        return base_model_for(None, adapter, "verify")
+    return _required(given, report, "base_model", "the base model the adapter was trained from")
 
 
 def _adapter(given: Path | None, report: ReportInputs | None, retrain_full: bool) -> Path | None:

@@ -54,6 +54,7 @@ def attribute(
     from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
     from gradian.errors import ConfigError
+    from gradian.model.base import base_model_for
     from gradian.model.loaded import require_adapter
     from gradian.model.placement import resolve_placement
 
@@ -64,9 +65,10 @@ def attribute(
         raise ConfigError("gradian attribute needs --dataset", "pass the exact training data, in the same order")
     if out is None:
         raise ConfigError("gradian attribute needs --out", "pass a directory for report.md and report.json")
+    base_model = base_model_for(base_model, adapter, "attribute")  # default: the base the adapter names
     cfg = load_cli_config(config, set_)
     with stage_bars() as bars:
-        outcome = run_attribution(base_model=base_model or "", adapter=adapter, dataset=dataset, out=out,
+        outcome = run_attribution(base_model=base_model, adapter=adapter, dataset=dataset, out=out,
                                   eval_dataset=eval_dataset, run=run, config=cfg, index_dir=index,
                                   allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, progress=bars,
                                   command=invoked_command(), eval_format=eval_format,

@@ -57,16 +57,16 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
     from gradian.errors import ConfigError
     from gradian.index.build import build_index
     from gradian.index.distributed import is_main_process
+    from gradian.model.base import base_model_for
     from gradian.model.loaded import LoadedModel, check_unsloth_absent, require_adapter
     from gradian.model.placement import resolve_placement
 
     check_unsloth_absent()
     placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing
     require_adapter(adapter, "index")
-    if not base_model:
-        raise ConfigError("gradian index needs --base-model", "pass the base model the adapter was trained from")
     if dataset is None:
         raise ConfigError("gradian index needs --dataset", "pass the exact training data, in the same order")
+    base_model = base_model_for(base_model, adapter, "index")
     from gradian.data import load_dataset
 
     examples = load_dataset(dataset)

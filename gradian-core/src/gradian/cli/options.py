@@ -11,7 +11,7 @@ ConfigOption = Annotated[Optional[Path], typer.Option("--config", help="YAML con
 SetOption = Annotated[Optional[list[str]], typer.Option("--set", help="Override one config key, e.g. --set grads.batch_size=4 (repeatable).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table (an alias of --format json).")]
 FormatOption = Annotated[str, typer.Option("--format", help="How results are printed: table, json or md.")]
-BaseModelOption = Annotated[Optional[str], typer.Option("--base-model", help="Base model: a local path, an id in the local HF cache, or smollm2-135m-instruct (embedded).")]
+BaseModelOption = Annotated[Optional[str], typer.Option("--base-model", help="Base model: a local path, an id in the local HF cache, or smollm2-135m-instruct (embedded). With --adapter, the default is the base its adapter_config.json names, when that is on this machine.")]
 AdapterOption = Annotated[Optional[Path], typer.Option("--adapter", help="PEFT LoRA adapter directory.")]
 DatasetOption = Annotated[Optional[Path], typer.Option("--dataset", help="The exact training data, in the same order (JSONL, JSON, parquet or a saved HF dataset).")]
 EvalDatasetOption = Annotated[Optional[Path], typer.Option("--eval-dataset", help="Eval items describing the capability, with the answers you wanted.")]

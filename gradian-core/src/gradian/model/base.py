@@ -52,6 +52,46 @@ def resolve_base_model(name: str | os.PathLike[str], *, progress: bool = True) -
     )
 
 
+def base_model_named_by(adapter: str | os.PathLike[str]) -> str | None:
+    """The base model an adapter's adapter_config.json names (base_model_name_or_path), or None."""
+    from gradian.model.adapter_dir import inspect_adapter_dir
+
+    # allow_pickle only lets the check pass a .bin adapter; loading it is still refused later unless allowed.
+    named = inspect_adapter_dir(adapter, allow_pickle=True).trained_on
+    return named.strip() if isinstance(named, str) and named.strip() else None
+
+
+def base_model_for(base_model: str | None, adapter: str | os.PathLike[str], command: str) -> str:
+    """``--base-model`` when given, else the base the adapter names when it is on this machine; ModelError if not."""
+    if base_model is not None and str(base_model).strip():
+        return str(base_model)
+    named = base_model_named_by(adapter)
+    if named is None:
+        raise ModelError(f"gradian {command} needs --base-model: the adapter's adapter_config.json names no base model",
+                         "pass --base-model, the base model the adapter was trained from")
+    try:
+        resolve_base_model(named)
+    except ModelError as error:
+        raise ModelError(
+            f"no --base-model given, and the base model the adapter names ({named}, adapter_config.json "
+            f"base_model_name_or_path) is not on this machine: {error.message}",
+            "pass --base-model with a local copy of that base model (a directory with config.json, or an id in "
+            "the local Hugging Face cache)",
+        ) from None
+    return named
+
+
+def local_base_model_named_by(adapter: str | os.PathLike[str]) -> str | None:
+    """The base model an adapter names when it resolves on this machine, else None (for commands where it is optional)."""
+    try:
+        named = base_model_named_by(adapter)
+        if named is not None:
+            resolve_base_model(named, progress=False)
+        return named
+    except ModelError:
+        return None
+
+
 def _model_directory(path: Path) -> Path:
     """An existing path must be a model directory with config.json."""
     if not path.is_dir():
