@@ -48,7 +48,8 @@ def exact_config(scenario: Any) -> Any:
 def sketcher(capture: Any, plan: Any, whitening: Any = None) -> Any:
     """A function mapping exact flat gradients [n, exact dim] to the plan's sketched rows [n, plan.dim].
 
-    With a ``whitening`` each matrix gradient is scaled by its outer product of scales first, as the capture does.
+    With a ``whitening`` each matrix gradient goes through its row-side and column-side transforms first, as the
+    capture does.
     """
     import torch
 
@@ -64,14 +65,19 @@ def sketcher(capture: Any, plan: Any, whitening: Any = None) -> Any:
             g = torch.from_numpy(np.ascontiguousarray(rows[:, entry.offset:entry.offset + entry.size]))
             g = g.reshape(rows.shape[0], *entry.shape)
             if whitening is not None:
-                row_scale, col_scale = whitening.scales[index]
-                g = row_scale[:, None] * g * col_scale[None, :]
+                g = transformed(g, *whitening.scales[index])
             s = projection.sketch_gradient(index, g).reshape(rows.shape[0], -1)
             out[:, offset:offset + s.shape[1]] = s.numpy()
             offset += s.shape[1]
         return out
 
     return sketch
+
+
+def transformed(gradients: Any, row_side: Any, col_side: Any) -> Any:
+    """T_rows G T_cols for a batch of matrix gradients [n, rows, cols]; a vector transform is a diagonal."""
+    g = row_side @ gradients if row_side.dim() == 2 else row_side[:, None] * gradients
+    return g @ col_side if col_side.dim() == 2 else g * col_side[None, :]
 
 
 def variant_rows(index: Any, transform: Any, dtype: str) -> np.ndarray:
@@ -92,18 +98,13 @@ def fit_whitening(index: Any, capture: Any, seed: int, attribution: Any) -> Any:
     return whitening_of_rows(rows, capture.block_layout, attribution.damping, attribution.damping_ratio)
 
 
-def whitening_of_rows(rows: np.ndarray, layout: Any, damping: float | None, damping_ratio: float) -> Any:
+def whitening_of_rows(rows: np.ndarray, layout: Any, damping: float | None, damping_ratio: float,
+                      scheme: str = "factored-diagonal-v1") -> Any:
     """The shipped fit (``MomentAccumulator.whitening``) from exact flat gradient rows laid out as ``layout``."""
-    import torch
+    from gradian.grads.whitening import moments_of_rows
 
-    from gradian.grads.whitening import MomentAccumulator
-
-    moments = MomentAccumulator([entry.shape for entry in layout])
-    moments.examples = rows.shape[0]
-    for number, entry in enumerate(layout):
-        part = np.ascontiguousarray(rows[:, entry.offset:entry.offset + entry.size]).reshape(rows.shape[0], *entry.shape)
-        moments.add(number, torch.from_numpy(part))
-    return moments.whitening(damping=damping, damping_ratio=damping_ratio)
+    return moments_of_rows(rows, [entry.shape for entry in layout]).whitening(
+        damping=damping, damping_ratio=damping_ratio, scheme=scheme)
 
 
 def default_blame(rows: np.ndarray, queries: np.ndarray, attribution: Any, *, whitened: bool = False) -> np.ndarray:

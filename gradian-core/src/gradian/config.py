@@ -62,7 +62,9 @@ class EvaluationConfig:
 class AttributionConfig:
     """How blame is scored, aggregated and reported."""
 
-    preconditioner: str = _opt("diagonal", "gradient preconditioner", choices=("none", "diagonal", "block", "adam"))
+    # kronecker ranked planted rows above diagonal on every tuning case, exact and projected (bench/results/kronecker.md)
+    preconditioner: str = _opt("kronecker", "gradient preconditioner",
+                               choices=("none", "diagonal", "kronecker", "block", "adam"))
     damping: float | None = _opt(None, "absolute damping; null means damping_ratio x mean eigenvalue", min=0.0)
     damping_ratio: float = _opt(0.1, "damping relative to the mean eigenvalue", min=0.0)
     normalize: bool = _opt(False, "unit-normalize train gradients (cosine scoring)")

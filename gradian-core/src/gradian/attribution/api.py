@@ -157,9 +157,27 @@ def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_byte
                                stats.block_second_moment(b.name) if b.name in stats.matrices else None)
                    for b in stats.blocks)
     whitening = index.whitening()
+    sample = None
+    if preconditioner == "kronecker" and whitening is None and index.manifest.projection is None:
+        sample = sample_moments(index, chunk_bytes or DEFAULT_CHUNK_BYTES)
     return IndexStatistics(dim=index.dim, second_moment=stats.second_moment(), blocks=blocks,
                            projected=index.manifest.projection is not None,
-                           whitening=None if whitening is None else whitening.info)
+                           whitening=None if whitening is None else whitening.info, sample_moments=sample,
+                           matrices=tuple((b.offset, tuple(b.stored_shape)) for b in index.blocks))
+
+
+def sample_moments(index: Any, chunk_bytes: int) -> Any:
+    """Second moments of the seeded sample of an exact index's rows that a projected build would measure."""
+    from gradian.grads.whitening import moments_of_rows, sample_positions
+    from gradian.index.store import rows_per_chunk
+
+    positions = sample_positions(index.num_examples, int(index.manifest.spec["seed"]))
+    shapes = [tuple(block.stored_shape) for block in index.blocks]
+    step = rows_per_chunk(chunk_bytes, index.dim)
+    moments = None
+    for start in range(0, len(positions), step):  # a sampled exact row of a real model is megabytes
+        moments = moments_of_rows(index.rows(positions[start:start + step]), shapes, moments)
+    return moments
 
 
 # What each section of the index id covers, for the error that names why an index does not fit.

@@ -1,6 +1,7 @@
 """Preconditioners fitted from index statistics and applied to the query side: blame_i = -(P q) . g_i.
 
-Every P here is symmetric (diagonal, or block-diagonal of symmetric inverses), so (P q) . g == q . (P g) and
+Every P here is symmetric (diagonal, block-diagonal of symmetric inverses, or per LoRA matrix a Kronecker product
+of symmetric factors), so (P q) . g == q . (P g) and
 the index is streamed untouched. Coordinates with no signal (zero second moment and no damping) get a zero
 multiplier, the pseudo-inverse, so a zero or constant column never turns into NaN or inf.
 """
@@ -16,7 +17,7 @@ import numpy as np
 
 from gradian.errors import GradianError, GradientIndexError, RunDirError
 
-PRECONDITIONERS = ("none", "diagonal", "block", "adam")
+PRECONDITIONERS = ("none", "diagonal", "kronecker", "block", "adam")
 DEFAULT_ADAM_EPS = 1e-8
 
 
@@ -39,6 +40,10 @@ class IndexStatistics:
     blocks: tuple[BlockMoment, ...] = ()
     projected: bool = False  # stored vectors are a random projection, not the LoRA gradients themselves
     whitening: Mapping[str, Any] | None = None  # how rows and queries were scaled before the sketch, if they were
+    # The kronecker kind's input: second moments of a seeded sample of stored rows (a MomentAccumulator), and
+    # where each LoRA matrix sits in a row with its (rows, cols).
+    sample_moments: Any = None
+    matrices: tuple[tuple[int, tuple[int, int]], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +55,9 @@ class Preconditioner:
     knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     scale: np.ndarray | None = None  # diagonal kinds: P = diag(scale)
     block_inverses: tuple[tuple[int, int, np.ndarray], ...] = ()  # block kind: (start, stop, (C_b + l I)^-1)
+    # kronecker kind: (offset, (rows, cols), left, right) per matrix, P = left (x) right; a side is a symmetric
+    # matrix or a vector (a diagonal).
+    matrix_factors: tuple[tuple[int, tuple[int, int], np.ndarray, np.ndarray], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "knobs", MappingProxyType(dict(self.knobs)))
@@ -70,6 +78,8 @@ class Preconditioner:
             return q.copy()
         if self.scale is not None:
             return q * self.scale
+        if self.matrix_factors:
+            return _kronecker_apply(q, self.matrix_factors)
         out = np.zeros_like(q)
         for start, stop, inverse in self.block_inverses:
             out[:, start:stop] = q[:, start:stop] @ inverse  # inverse is symmetric: (P q)^T = q^T P
@@ -89,6 +99,8 @@ def fit_preconditioner(kind: str, stats: IndexStatistics, *, damping: float | No
             raise GradientIndexError("the index has no per-coordinate second moments, which the diagonal "
                                      "preconditioner needs", "rebuild the index with `gradian index`")
         return diagonal_preconditioner(stats.second_moment, damping=damping, damping_ratio=damping_ratio)
+    if kind == "kronecker":
+        return kronecker_preconditioner(stats, damping=damping, damping_ratio=damping_ratio)
     if kind == "block":
         return block_preconditioner(stats.blocks, stats.dim, damping=damping, damping_ratio=damping_ratio)
     if kind == "adam":
@@ -121,6 +133,33 @@ def diagonal_preconditioner(second_moment: np.ndarray, *, damping: float | None 
         "zero_coordinates": int(np.count_nonzero(denominator <= 0)),
     }
     return Preconditioner(kind="diagonal", dim=moment.size, knobs=knobs, scale=scale)
+
+
+def kronecker_preconditioner(stats: IndexStatistics, *, damping: float | None = None,
+                             damping_ratio: float = 0.1) -> Preconditioner:
+    """Per LoRA matrix P = (L + lambda/2)^-1 (x) (R + lambda/2)^-1, full on the rank side, from the sampled rows."""
+    from gradian.grads.whitening import SCHEMES
+
+    if stats.sample_moments is None or not stats.matrices:
+        raise GradientIndexError("the kronecker preconditioner needs second moments of a sample of the index's "
+                                 "exact rows, and none were measured", "use attribution.preconditioner diagonal")
+    whitening = stats.sample_moments.whitening(damping=damping, damping_ratio=damping_ratio,
+                                               scheme=SCHEMES["kronecker"])
+    factors = tuple((offset, shape, left, right) for (offset, shape), (left, right)
+                    in zip(stats.matrices, whitening.squared(), strict=True))
+    knobs = {"kind": "kronecker", **whitening.info, "damping_ratio": None if damping is not None else float(damping_ratio)}
+    return Preconditioner(kind="kronecker", dim=stats.dim, knobs=knobs, matrix_factors=factors)
+
+
+def _kronecker_apply(q: np.ndarray, factors: Sequence[tuple[int, tuple[int, int], np.ndarray, np.ndarray]]) -> np.ndarray:
+    """left Q right for every matrix block Q of every query row (a vector side multiplies elementwise)."""
+    out = np.zeros_like(q)
+    for offset, (rows, cols), left, right in factors:
+        block = q[:, offset:offset + rows * cols].reshape(-1, rows, cols)
+        block = np.matmul(left, block) if left.ndim == 2 else left[:, None] * block
+        block = np.matmul(block, right) if right.ndim == 2 else block * right[None, :]
+        out[:, offset:offset + rows * cols] = block.reshape(q.shape[0], -1)
+    return out
 
 
 def block_preconditioner(blocks: Sequence[BlockMoment], dim: int, *, damping: float | None = None,
@@ -170,16 +209,19 @@ def adam_preconditioner(exp_avg_sq: np.ndarray, *, eps: float = DEFAULT_ADAM_EPS
 
 
 def _applied_at_capture(kind: str, stats: IndexStatistics) -> Preconditioner:
-    """The diagonal preconditioner of a whitened index: already in every row and query, so P = I here."""
-    if kind != "diagonal":
+    """The preconditioner of a whitened index: already in every row and query, so P = I here."""
+    from gradian.grads.whitening import SCHEMES
+
+    built = next((name for name, scheme in SCHEMES.items() if scheme == stats.whitening.get("scheme")), None)
+    if kind != built:
         raise GradientIndexError(
-            f"this index's rows were scaled by the diagonal preconditioner before they were sketched, so the "
+            f"this index's rows were transformed by the {built} preconditioner before they were sketched, so the "
             f"{kind} preconditioner cannot be applied to them",
             "build the index with the same attribution.preconditioner you score with (gradian index --config), "
-            "or use attribution.preconditioner diagonal",
+            f"or use attribution.preconditioner {built}",
         )
-    knobs = {"kind": "diagonal", "applied": "before the sketch (factored from exact gradients)", **stats.whitening}
-    return Preconditioner(kind="diagonal", dim=stats.dim, knobs=knobs, scale=np.ones(stats.dim))
+    knobs = {"kind": kind, "applied": "before the sketch (fitted on exact gradients)", **stats.whitening}
+    return Preconditioner(kind=kind, dim=stats.dim, knobs=knobs, scale=np.ones(stats.dim))
 
 
 def _adam_unavailable(stats: IndexStatistics) -> GradianError:

@@ -79,7 +79,7 @@ class GradientCapture:
         self._modules = [block_modules(loaded.model, block, loaded.adapter_name) for block in self.blocks]
         plan = resolve_projection(self.blocks, projection_dim, seed)
         self.projection: FactoredProjection | None = FactoredProjection(plan) if plan is not None else None
-        # Scales applied to each matrix's factors before the sketch (a projected index's diagonal preconditioner).
+        # Transforms applied to each matrix's factors before the sketch (a projected index's preconditioner).
         self.whitening: Whitening | None = None
         self.block_layout: tuple[LayoutEntry, ...] = self._layout()
         self.dim: int = plan.dim if plan is not None else self.block_layout[-1].offset + self.block_layout[-1].size
@@ -215,8 +215,8 @@ class GradientCapture:
         """sum_t out_t^T in_t per example, [B, rows, cols] (scaled, then sketched, before the product unless exact)."""
         out_grad, inp = out_grad.float(), inp.float()
         if self.whitening is not None and not exact:
-            row_scale, col_scale = self.whitening.matrices(sketch_index, out_grad.device)
-            out_grad, inp = out_grad * row_scale, inp * col_scale
+            row_side, col_side = self.whitening.matrices(sketch_index, out_grad.device)
+            out_grad, inp = _transformed(out_grad, row_side), _transformed(inp, col_side)
         if self.projection is not None and not exact:
             rows, cols = self.projection.matrices(sketch_index, out_grad.device)
             out_grad = out_grad if rows is None else out_grad @ rows.T
@@ -235,6 +235,11 @@ class GradientCapture:
                 start += count
             return gradient
         raise RuntimeError(f"cannot assign LoRA activations of shape {tuple(inp.shape)} to the {size} examples of the batch")
+
+
+def _transformed(factor: torch.Tensor, transform: torch.Tensor) -> torch.Tensor:
+    """A factor's last dimension through a symmetric transform (a matrix) or a diagonal one (a vector)."""
+    return factor @ transform if transform.dim() == 2 else factor * transform
 
 
 def _record_input(store: list[torch.Tensor]) -> Any:

@@ -167,7 +167,8 @@ def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], token
     for start in range(0, len(encoded), grads.batch_size):
         capture.measure_moments(collate(encoded[start:start + grads.batch_size], pad_id, "right"), moments)
     damping = plan.spec["damping"]  # the settings the index id was made with
-    whitening = moments.whitening(damping=damping["damping"], damping_ratio=damping["damping_ratio"])
+    whitening = moments.whitening(damping=damping["damping"], damping_ratio=damping["damping_ratio"],
+                                  scheme=plan.whitening["scheme"])
     try:
         write_atomic(path, whitening.save)
     except OSError as error:
