@@ -203,7 +203,7 @@ def test_a_projected_build_stores_its_scales_and_its_rows_are_whitened_sketches(
     from gradian.index.store import Index
 
     loaded = tiny_model
-    index = build(loaded, tmp_path, projection_dim=48)
+    index = build_index(loaded, make_examples(), index_config("attribution.preconditioner=diagonal"), tmp_path / "diag")
     spec = index.manifest.spec["grads"]
     assert spec["whitening"] == {"scheme": "factored-diagonal-v1", "sample_rows": 10}
     assert "whitening.safetensors" in index.manifest.files

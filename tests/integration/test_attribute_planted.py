@@ -6,13 +6,15 @@ Measured on this fixture (seed 0; 144 training rows, 14 planted; 18 eval items, 
 
 | scenario | query signal | preconditioner | planted cluster rank (z) | accused | recall@14 | first planted row |
 |---|---|---|---|---|---|---|
-| substitution | contrastive | diagonal | 1 (9.63) | planted | 0.79 | rank 1 |
-| substitution | divergence | diagonal | 1 (9.25) | planted | 0.79 | rank 1 |
-| substitution | divergent-token, auto | diagonal | 1 (9.25) | planted | 0.79 | rank 1 |
-| substitution | margin | diagonal | 1 (4.52) | planted | 0.57 | rank 1 |
+| substitution | contrastive | kronecker | 1 (10.9) | planted | 1.00 | rank 1 |
+| substitution | contrastive | diagonal (before) | 1 (9.63) | planted | 0.79 | rank 1 |
+| substitution | divergence | kronecker | 1 (10.6) | planted | 0.93 | rank 1 |
+| substitution | divergent-token, auto | kronecker | 1 (10.6) | planted | 0.93 | rank 1 |
+| substitution | divergent-token, auto | diagonal (before) | 1 (9.25) | planted | 0.79 | rank 1 |
+| substitution | margin | kronecker | 1 (6.29) | planted | 0.64 | rank 1 |
 | substitution | classic | diagonal | 1 (2.07) | none (family-wise p 0.11) | 0.29 | rank 2 |
 | substitution | classic | none | 2 (1.21) | none | 0.14 | rank 11 |
-| span | contrastive | diagonal | 1 (11.2) | planted | 1.00 | rank 1 |
+| span | contrastive | kronecker | 1 (11.5) | planted | 1.00 | rank 1 |
 
 Span drill-down puts the planted wrong sentence on top for 14 of the 14 failing items.
 """
@@ -167,7 +169,7 @@ def test_the_classic_signal_loses_the_substitution(substitution, contrastive, tm
     The mechanism holds on this fixture: the wanted answer's gradient is about 16x (5-32x) larger than the gradient
     of what the fine-tuned model says, and nearly orthogonal (cosine ~0.01) to the base model's own correct
     sentence, the direction that separates right from wrong. The outcome is a lost signal and, without a
-    preconditioner, a wrong one: the planted cluster's z stays positive under the default diagonal preconditioner
+    preconditioner, a wrong one: the planted cluster's z stays positive under the diagonal preconditioner
     (2.1 against 9.6) and nothing is accused; without one the planted cluster falls to second (z 1.2) and another
     cluster is accused; recall@k falls from 0.79 to 0.3 or less. The assertions hold that the planted cluster is
     never accused and its signal is lost, not a sign flip this fixture does not produce.
@@ -191,7 +193,7 @@ def test_the_classic_signal_loses_the_substitution(substitution, contrastive, tm
         assert report["query_signal"]["effective"] == "classic"
         measured[preconditioner] = planted_ranking(report, substitution)
         print(f"classic, preconditioner {preconditioner}: {measured[preconditioner]}")
-    print(f"contrastive, preconditioner diagonal: {reference}")
+    print(f"contrastive, the default preconditioner: {reference}")
     for ranking in measured.values():
         assert ranking["accused"] != PLANTED_SOURCE, "classic found the planted cluster on this fixture"
         assert ranking["z"] < reference["z"] / 3

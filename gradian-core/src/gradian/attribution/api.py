@@ -145,7 +145,8 @@ def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_byte
     """The index's statistics in the form the preconditioners take; block matrices only for ``block``.
 
     Block matrices are width^2 floats per block and only the block preconditioner reads them, so they are
-    computed (one streamed pass of ``chunk_bytes`` chunks, then cached with the index) only when it is asked for.
+    computed (one streamed pass of ``chunk_bytes`` chunks, then cached with the index) only when it is asked for;
+    the kronecker preconditioner's sample of exact rows is read only when that preconditioner is fitted.
     """
     from gradian.attribution.preconditioners import BlockMoment, IndexStatistics
     from gradian.index.store import DEFAULT_CHUNK_BYTES
@@ -157,12 +158,13 @@ def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_byte
                                stats.block_second_moment(b.name) if b.name in stats.matrices else None)
                    for b in stats.blocks)
     whitening = index.whitening()
-    sample = None
-    if preconditioner == "kronecker" and whitening is None and index.manifest.projection is None:
-        sample = sample_moments(index, chunk_bytes or DEFAULT_CHUNK_BYTES)
+    exact = whitening is None and index.manifest.projection is None
     return IndexStatistics(dim=index.dim, second_moment=stats.second_moment(), blocks=blocks,
                            projected=index.manifest.projection is not None,
-                           whitening=None if whitening is None else whitening.info, sample_moments=sample,
+                           whitening=None if whitening is None else whitening.info,
+                           # read only if the kronecker preconditioner is fitted: 64 exact rows are megabytes each
+                           sample_moments=(lambda: sample_moments(index, chunk_bytes or DEFAULT_CHUNK_BYTES))
+                           if exact else None,
                            matrices=tuple((b.offset, tuple(b.stored_shape)) for b in index.blocks))
 
 

@@ -8,7 +8,7 @@ multiplier, the pseudo-inverse, so a zero or constant column never turns into Na
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -40,9 +40,9 @@ class IndexStatistics:
     blocks: tuple[BlockMoment, ...] = ()
     projected: bool = False  # stored vectors are a random projection, not the LoRA gradients themselves
     whitening: Mapping[str, Any] | None = None  # how rows and queries were scaled before the sketch, if they were
-    # The kronecker kind's input: second moments of a seeded sample of stored rows (a MomentAccumulator), and
-    # where each LoRA matrix sits in a row with its (rows, cols).
-    sample_moments: Any = None
+    # The kronecker kind's input: a function returning the second moments of a seeded sample of stored exact rows
+    # (a MomentAccumulator; None when the rows are not exact), and where each LoRA matrix sits in a row.
+    sample_moments: Callable[[], Any] | None = None
     matrices: tuple[tuple[int, tuple[int, int]], ...] = ()
 
 
@@ -141,10 +141,12 @@ def kronecker_preconditioner(stats: IndexStatistics, *, damping: float | None = 
     from gradian.grads.whitening import SCHEMES
 
     if stats.sample_moments is None or not stats.matrices:
-        raise GradientIndexError("the kronecker preconditioner needs second moments of a sample of the index's "
-                                 "exact rows, and none were measured", "use attribution.preconditioner diagonal")
-    whitening = stats.sample_moments.whitening(damping=damping, damping_ratio=damping_ratio,
-                                               scheme=SCHEMES["kronecker"])
+        raise GradientIndexError("the kronecker preconditioner needs a sample of exact gradients, and this index "
+                                 "stores sketched rows that were not transformed before the sketch",
+                                 "build the index with attribution.preconditioner kronecker (gradian index --config), "
+                                 "or use attribution.preconditioner diagonal")
+    whitening = stats.sample_moments().whitening(damping=damping, damping_ratio=damping_ratio,
+                                                 scheme=SCHEMES["kronecker"])
     factors = tuple((offset, shape, left, right) for (offset, shape), (left, right)
                     in zip(stats.matrices, whitening.squared(), strict=True))
     knobs = {"kind": "kronecker", **whitening.info, "damping_ratio": None if damping is not None else float(damping_ratio)}
