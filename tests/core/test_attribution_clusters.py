@@ -73,6 +73,23 @@ def test_noise_accuses_nothing_even_when_one_cluster_alone_looks_significant():
     assert result.accused is None
 
 
+def test_every_significant_cluster_is_accused_and_the_most_blamed_per_member_comes_first():
+    """A large mildly blamed cluster out-z's a small strongly blamed one; both are accused, the small one first."""
+    rng = np.random.default_rng(4)
+    n = 400
+    blame = rng.normal(size=n)
+    labels = np.zeros(n, dtype=np.int64)  # "clean"
+    labels[:46], labels[46:66] = 1, 2  # "broad" (46 rows), "planted" (20 rows)
+    blame[:46] += 1.6
+    blame[46:66] += 1.9
+    result = cluster_blame(blame, ClusterAssignment(names=("clean", "broad", "planted"), labels=labels,
+                                                    method="field", field="source"), permutations=400, seed=0)
+    assert result.scores[0].name == "broad" and result.by_name("planted").z < result.scores[0].z
+    assert [s.name for s in result.accused_all] == ["planted", "broad"]
+    assert result.accused.name == "planted" and result.by_name("planted").effect > result.by_name("broad").effect
+    assert result.by_name("planted").effect == pytest.approx((blame[46:66].mean() - blame.mean()) / blame.std())
+
+
 def test_p_value_is_one_plus_exceedances_over_one_plus_permutations():
     blame = np.arange(10, dtype=float)
     everything = ClusterAssignment(("all",), np.zeros(10, dtype=np.int64), "field", "source")

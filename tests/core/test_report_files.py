@@ -128,6 +128,36 @@ def test_report_json_has_the_versioned_schema():
     assert ranked[0]["name"] == "vendor" and ranked[0]["accused"] and {"z", "p_value", "p_adjusted"} <= set(ranked[0])
 
 
+def test_every_significant_cluster_is_accused_in_the_report_the_most_blamed_per_member_first(tmp_path):
+    """A broad mildly blamed cluster out-z's a small strongly blamed one: both accused, the small one named first."""
+    from gradian.attribution import ClusterAssignment
+    from gradian.report.scores import accused_names
+
+    report, scores, _ = _attributed()
+    n = len(scores.ids)
+    rng = np.random.default_rng(4)
+    blame = rng.normal(size=n)
+    labels = np.zeros(n, dtype=np.int64)
+    labels[:20], labels[20:28] = 1, 2
+    blame[:20] += 2.0
+    blame[20:28] += 2.6
+    clusters = cluster_blame(blame, ClusterAssignment(("clean", "broad", "narrow"), labels, "field", "source"),
+                             permutations=400)
+    assert clusters.scores[0].name == "broad" and [s.name for s in clusters.accused_all] == ["narrow", "broad"]
+    capability = _capability([1.0] * 12, [0.0] * 9 + [1.0] * 3)
+    pre = diagonal_preconditioner(np.ones(4))
+    report = attribution_report(scores=scores, capability=capability, preconditioner=pre,
+                                texts={i: "text" for i in scores.ids}, provenance=_provenance(STAMP), clusters=clusters)
+    verdict = report["verdict"]
+    assert verdict["accused_cluster"] == "narrow" and verdict["accused_clusters"] == ["narrow", "broad"]
+    assert verdict["headline"] == "Attributed: cluster `narrow` (and `broad`) are blamed."
+    assert "Also significant, with less blame per member: `broad`" in verdict["summary"]
+    ranked = {row["name"]: row for row in report["clusters"]["ranked"]}
+    assert ranked["narrow"]["accused"] and ranked["broad"]["accused"] and not ranked["clean"]["accused"]
+    assert ranked["narrow"]["effect"] > ranked["broad"]["effect"] > 0
+    assert report["clusters"]["accused_all"] == ["narrow", "broad"] and set(accused_names(report)) == {"narrow", "broad"}
+
+
 def test_two_runs_write_byte_identical_files_and_only_the_timestamp_differs(tmp_path):
     first, scores, clusters = _attributed()
     files = write_report(first, tmp_path / "a", scores=scores, clusters=clusters)

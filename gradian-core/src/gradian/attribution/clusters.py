@@ -19,8 +19,10 @@ standard deviations of a random cluster's mean of the same size (without replace
 of ``permutations`` seeded shuffles of the blame over the fixed membership makes every cluster a random cluster
 of its own size. Per cluster, p = (1 + #{random mean >= observed}) / (1 + permutations). Because many clusters
 are tested, the accusation uses the family-wise p-value (Westfall-Young maxT): the same count against the
-largest z of any cluster in each shuffle. Clusters are ranked by z, and the top one is accused when its
-family-wise p-value is below 0.05; otherwise no cluster stands out.
+largest z of any cluster in each shuffle. Clusters are ranked by z. Every cluster whose family-wise p-value is
+below 0.05 is accused, the one with the largest effect (mean blame above the overall mean in blame standard
+deviations) first: z grows with the square root of a cluster's size, so among clusters that all stand out the
+first accused is the one whose members are the most blamed, not the largest; otherwise no cluster stands out.
 """
 
 from __future__ import annotations
@@ -166,8 +168,11 @@ def cluster_blame(blame: np.ndarray, assignment: ClusterAssignment, *, permutati
     p_value = (1 + exceed) / (1 + permutations)
     p_adjusted = (1 + exceed_best) / (1 + permutations)
     order = sorted(np.flatnonzero(present), key=lambda c: (-z[c], -observed[c], assignment.names[c]))
+    std = float(blame.std())
+    effect = (observed - blame.mean()) / std if std > 0 else np.zeros_like(observed)
     scores = tuple(ClusterScore(name=assignment.names[c], size=int(sizes[c]), blame=float(observed[c]),
-                                z=float(z[c]), p_value=float(p_value[c]), p_adjusted=float(p_adjusted[c]), rank=rank)
+                                z=float(z[c]), p_value=float(p_value[c]), p_adjusted=float(p_adjusted[c]), rank=rank,
+                                effect=float(effect[c]))
                    for rank, c in enumerate(order, start=1))
     return ClusterResult(assignment=assignment, scores=scores, permutations=permutations, seed=seed, alpha=alpha)
 

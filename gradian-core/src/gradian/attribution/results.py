@@ -137,11 +137,14 @@ class ClusterScore:
     p_value: float
     p_adjusted: float
     rank: int
+    # (mean blame - overall mean) / blame std: how blamed a typical member is, whatever the cluster's size (z
+    # grows with sqrt(size), so a large mildly blamed cluster can out-z a small strongly blamed one).
+    effect: float = 0.0
 
 
 @dataclass(frozen=True)
 class ClusterResult:
-    """Every cluster scored and ranked, and the accused one (None when no cluster stands out)."""
+    """Every cluster scored and ranked, and the accused ones (none when no cluster stands out)."""
 
     assignment: ClusterAssignment
     scores: tuple[ClusterScore, ...]  # in rank order
@@ -150,13 +153,16 @@ class ClusterResult:
     alpha: float = ACCUSE_ALPHA
 
     @property
+    def accused_all(self) -> tuple[ClusterScore, ...]:
+        """Every cluster blamed above a random one with a family-wise p-value below ``alpha``, largest effect first."""
+        significant = [s for s in self.scores if s.p_adjusted < self.alpha and s.z > 0]
+        return tuple(sorted(significant, key=lambda s: (-s.effect, s.rank)))
+
+    @property
     def accused(self) -> ClusterScore | None:
-        """The top-ranked cluster when its family-wise p-value is below ``alpha`` and it is blamed above a random
-        cluster, else None (no cluster stands out)."""
-        if not self.scores:
-            return None
-        top = self.scores[0]
-        return top if top.p_adjusted < self.alpha and top.z > 0 else None
+        """The first accused cluster (the most blamed per member among the significant ones), else None."""
+        accused = self.accused_all
+        return accused[0] if accused else None
 
     def by_name(self, name: str) -> ClusterScore:
         """The score of the named cluster."""

@@ -107,11 +107,13 @@ def verdict_text(report: dict) -> str:
                      f"[{capability['ci_low']:+.3f}, {capability['ci_high']:+.3f}] "
                      f"({capability['confidence']:.0%} CI, {capability['n_items']} items)")
     clusters = (report.get("clusters") or {}).get("ranked") or []
-    if clusters:
-        top = clusters[0]
-        label = "accused cluster" if verdict.get("accused_cluster") == top["name"] else "top cluster (not accused)"
-        lines.append(f"{label}: {top['name']} (rank 1 of {len(clusters)}, {top['size']} examples, "
-                     f"p = {top['p_value']:.3g}, family-wise p = {top['p_adjusted']:.3g})")
+    accused = [row for row in clusters if row.get("accused")]
+    # The first accused cluster is the verdict's (most blamed per member); others follow in the report's order.
+    accused.sort(key=lambda row: row["name"] != verdict.get("accused_cluster"))
+    for row in accused or clusters[:1]:
+        label = "accused cluster" if row.get("accused") else "top cluster (not accused)"
+        lines.append(f"{label}: {row['name']} (rank {row['rank']} of {len(clusters)}, {row['size']} examples, "
+                     f"p = {row['p_value']:.3g}, family-wise p = {row['p_adjusted']:.3g})")
     for row in report.get("top_examples", [])[:5]:
         lines.append(f"  #{row['rank']} {row['id']} blame {row['blame']:+.3g} [{row.get('cluster') or '-'}] "
                      f"{row['excerpt'][:80]!r}")

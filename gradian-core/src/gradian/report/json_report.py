@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from gradian.attribution.preconditioners import Preconditioner
-from gradian.attribution.results import ClusterResult, ExampleScores, SpanDrill
+from gradian.attribution.results import ClusterResult, ClusterScore, ExampleScores, SpanDrill
 
 SCHEMA = "gradian.report/1"
 EXCERPT_CHARS = 240
@@ -99,8 +99,8 @@ def attribution_report(*, scores: ExampleScores, capability: Any, preconditioner
         notes.insert(0, ReportWarning("evaluation.not_significant", NOT_SIGNIFICANT_WARNING))
     capability_dict = capability_summary(capability)
     top = _top_examples(scores, texts, clusters, top_k)
-    accused = clusters.accused if clusters is not None else None
-    headline = (f"Attributed: cluster `{accused.name}` is blamed." if accused is not None
+    accused = clusters.accused_all if clusters is not None else ()
+    headline = (f"Attributed: cluster {_named(accused)} {'is' if len(accused) == 1 else 'are'} blamed." if accused
                 else "Attributed: no cluster stands out; read the top examples.")
     verdict = {"kind": "attributed", "headline": headline,
                "summary": _attributed_summary(capability_dict, top, clusters), **_accusation(top, clusters)}
@@ -139,7 +139,8 @@ def refusal_report(*, capability: Any, provenance: Provenance, warnings: Sequenc
     headline = ("Not attributed: the fine-tuned model is significantly better, not worse." if improved
                 else "Not attributed: the capability delta is not significant.")
     verdict = {"kind": "improved" if improved else "not_significant", "headline": headline,
-               "summary": refusal_message(capability), "accused_cluster": None, "top_examples": []}
+               "summary": refusal_message(capability), "accused_cluster": None, "accused_clusters": [],
+               "top_examples": []}
     return _assemble(verdict=verdict, capability=capability_summary(capability),
                      query_signal=_query_signal_dict(capability.query_signal), method=None, top_examples=[],
                      clusters=None, spans=[], warnings=list(warnings), provenance=provenance)
@@ -243,9 +244,15 @@ def _top_examples(scores: ExampleScores, texts: Mapping[str, str], clusters: Clu
 
 
 def _accusation(top: list[dict], clusters: ClusterResult | None) -> dict[str, Any]:
-    accused = clusters.accused if clusters is not None else None
-    return {"accused_cluster": accused.name if accused is not None else None,
-            "top_examples": [row["id"] for row in top[:3]]}
+    accused = clusters.accused_all if clusters is not None else ()
+    return {"accused_cluster": accused[0].name if accused else None,
+            "accused_clusters": [score.name for score in accused], "top_examples": [row["id"] for row in top[:3]]}
+
+
+def _named(accused: Sequence[ClusterScore]) -> str:
+    """`a`, or `a` (and `b`, `c`) when several clusters are accused, the first one first."""
+    first = f"`{accused[0].name}`"
+    return first if len(accused) == 1 else f"{first} (and {', '.join(f'`{s.name}`' for s in accused[1:])})"
 
 
 def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResult | None) -> str:
@@ -267,9 +274,16 @@ def _cluster_sentence(clusters: ClusterResult | None) -> str:
         return ""
     accused = clusters.accused
     if accused is not None:
-        return (f"Blamed cluster: `{accused.name}` ({accused.size} examples, mean blame {accused.blame:.4g}, "
-                f"z {accused.z:.3g}, permutation p = {accused.p_value:.3g}, family-wise p = {accused.p_adjusted:.3g} "
-                f"over {len(clusters.scores)} clusters).")
+        sentence = (f"Blamed cluster: `{accused.name}` ({accused.size} examples, mean blame {accused.blame:.4g}, "
+                    f"effect {accused.effect:.3g} blame standard deviations, z {accused.z:.3g}, permutation "
+                    f"p = {accused.p_value:.3g}, family-wise p = {accused.p_adjusted:.3g} over "
+                    f"{len(clusters.scores)} clusters).")
+        others = clusters.accused_all[1:]
+        if others:
+            sentence += " Also significant, with less blame per member: " + ", ".join(
+                f"`{s.name}` ({s.size} examples, effect {s.effect:.3g}, z {s.z:.3g}, family-wise p = "
+                f"{s.p_adjusted:.3g})" for s in others) + "."
+        return sentence
     top = clusters.scores[0]
     return (f"No cluster stands out: the strongest, `{top.name}` ({top.size} examples, z {top.z:.3g}), has "
             f"family-wise p = {top.p_adjusted:.3g} over {len(clusters.scores)} clusters, not below {clusters.alpha:g}.")
@@ -286,16 +300,18 @@ def _clusters_dict(clusters: ClusterResult | None) -> dict[str, Any] | None:
     if clusters is None:
         return None
     accused = clusters.accused
+    accused_names = {score.name for score in clusters.accused_all}
     return {
         "membership": clusters.assignment.describe(),
         "permutations": clusters.permutations,
         "seed": clusters.seed,
         "alpha": clusters.alpha,
         "accused": accused.name if accused is not None else None,
+        "accused_all": [score.name for score in clusters.accused_all],
         "count": len(clusters.scores),
         "ranked": [{"rank": s.rank, "name": s.name, "size": s.size, "blame": _num(s.blame), "z": _num(s.z),
-                    "p_value": _num(s.p_value), "p_adjusted": _num(s.p_adjusted),
-                    "accused": accused is not None and s.name == accused.name}
+                    "effect": _num(s.effect), "p_value": _num(s.p_value), "p_adjusted": _num(s.p_adjusted),
+                    "accused": s.name in accused_names}
                    for s in clusters.scores],
     }
 
