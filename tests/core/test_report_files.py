@@ -113,7 +113,7 @@ def test_report_json_has_the_versioned_schema():
     data = json.loads(render_json(report))
     assert data["schema"] == SCHEMA == "gradian.report/1"
     assert list(data) == ["schema", "verdict", "capability", "query_signal", "method", "top_examples", "clusters",
-                          "spans", "warnings", "plots", "scores", "provenance", "generated_at"]
+                          "causes", "spans", "warnings", "plots", "scores", "provenance", "generated_at"]
     top = data["top_examples"][0]
     assert set(top) == {"rank", "id", "position", "blame", "cluster", "excerpt", "item_blame"}
     assert top["rank"] == 1 and top["cluster"] == "vendor" and len(top["item_blame"]) == len(scores.item_ids)

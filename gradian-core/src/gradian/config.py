@@ -77,6 +77,8 @@ class AttributionConfig:
     permutations: int = _opt(1000, "random clusters per permutation test", min=10)
     fallback_examples: int = _opt(8, "training examples used as the target without an eval set", min=1)
     span_examples: int = _opt(5, "top examples drilled into by span", min=0)
+    max_causes: int = _opt(3, "most causes the regressed items are split into by their query gradients (1: never)",
+                           min=1)
     seed: int = _opt(0, "seed of permutations and clustering", min=0)
 
     @property

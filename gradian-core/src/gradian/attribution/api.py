@@ -131,14 +131,21 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         item_blame = ItemBlameCollector()  # every example's per-item blame, for scores.csv, from the same read
         scores = score_with_config(index, preconditioned, config.attribution, item_ids=item_ids, item_sink=item_blame)
     with stages.stage("clusters"):
-        from gradian.attribution.clusters import score_clusters
+        from gradian.attribution.causes import find_causes
+        from gradian.attribution.clusters import assign_clusters, cluster_blame
 
-        clusters = score_clusters(config.attribution, np.asarray(scores.blame), examples, index)
+        assignment = assign_clusters(config.attribution, examples, index)
+        clusters = cluster_blame(np.asarray(scores.blame), assignment, permutations=config.attribution.permutations,
+                                 seed=config.attribution.seed)
+        causes = find_causes(item_blame.matrix(), scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
+                             assignment, config.attribution, scores, clusters)
+        scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with the first cause
     with stages.stage("spans"):
-        drills = _span_drills(capture, loaded.tokenizer, examples, scores, preconditioned, config)
+        drills = _span_drills(capture, loaded.tokenizer, examples, scores, preconditioned, list(item_ids), config)
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
-                  signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=item_blame.matrix())
+                  signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=item_blame.matrix(),
+                  item_ids=item_ids, causes=causes)
 
 
 def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_bytes: int | None = None) -> Any:
@@ -294,8 +301,11 @@ def _adam_state(run: Any, config: GradianConfig, capture: Any) -> np.ndarray | N
 
 
 def _span_drills(capture: Any, tokenizer: Any, examples: Sequence[Any], scores: Any, preconditioned: np.ndarray,
-                 config: GradianConfig) -> list[Any]:
-    """Sentence-level blame of the top examples, each against the one item that blames it most."""
+                 item_ids: list[str], config: GradianConfig) -> list[Any]:
+    """Sentence-level blame of the top examples, each against the one item that blames it most.
+
+    ``preconditioned`` holds every item's query in ``item_ids`` order; ``scores`` may cover a subset of them.
+    """
     from gradian.attribution.results import SpanDrill
     from gradian.query import span_blames
 
@@ -303,7 +313,8 @@ def _span_drills(capture: Any, tokenizer: Any, examples: Sequence[Any], scores: 
     top_positions = list(scores.top_positions)[: config.attribution.span_examples]
     for rank, position in enumerate(top_positions):
         item = int(np.argmax(np.asarray(scores.top_item_blame)[rank]))
-        spans = span_blames(capture, tokenizer, examples[position], preconditioned[item],
+        query = preconditioned[item_ids.index(scores.item_ids[item])]
+        spans = span_blames(capture, tokenizer, examples[position], query,
                             max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size)
         drills.append(SpanDrill(examples[position].id, int(position), scores.item_ids[item], tuple(spans)))
     return drills
@@ -347,7 +358,8 @@ def _refuse(capability: Any, config: GradianConfig, out: str | Path, stages: _St
 def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Sequence[str] | None, *, index: Any,
            scores: Any, capability: Any, preconditioner: Any, clusters: Any, drills: list[Any],
            examples: Sequence[Any], signal_choice: Any, warnings: Sequence[Any] = (),
-           item_blame: np.ndarray | None = None) -> AttributionOutcome:
+           item_blame: np.ndarray | None = None, item_ids: Sequence[str] | None = None,
+           causes: Any = None) -> AttributionOutcome:
     from gradian.report import attribution_report, no_capability_target_report, write_report
 
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}
@@ -359,8 +371,9 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
     else:
         report = attribution_report(scores=scores, capability=capability, preconditioner=preconditioner,
                                     texts=texts, provenance=provenance, clusters=clusters, spans=drills,
-                                    query_signal=signal_choice, warnings=warnings)
-    files = write_report(report, Path(out), scores=scores, clusters=clusters, item_blame=item_blame)
+                                    query_signal=signal_choice, warnings=warnings, causes=causes)
+    files = write_report(report, Path(out), scores=scores, clusters=clusters, item_blame=item_blame,
+                         item_ids=item_ids)
     return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))
 
 

@@ -173,6 +173,31 @@ def score_with_config(source: ChunkSource, queries: np.ndarray, config: Any, *,
                           chunk_bytes=config.chunk_bytes, item_sink=item_sink)
 
 
+def rescore_items(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], columns: Sequence[int], *,
+                  aggregation: str = "mean", normalize: bool = False, top_k: int = 20) -> ExampleScores:
+    """``score_examples`` over a subset of the items from their held per-item blame [examples, items]: no index read."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(AGGREGATIONS)}")
+    picked = np.asarray(item_blame, dtype=np.float64)[:, list(columns)]
+    scorer = _HeldScorer(picked, tuple(ids), normalize)
+    kept = tuple(item_ids[c] for c in columns)
+    k, budget = min(top_k, len(ids)), max(picked.size, 1)
+    if aggregation == "mean":
+        return _score_mean(scorer, kept, k, budget)  # type: ignore[arg-type]
+    return _score_rank_vote(scorer, kept, k, budget)  # type: ignore[arg-type]
+
+
+class _HeldScorer:
+    """The scorer interface over blame already in memory: one chunk, no passes over the index."""
+
+    def __init__(self, blame: np.ndarray, ids: tuple[str, ...], normalize: bool) -> None:
+        self.blame, self.ids, self.normalize = blame, ids, normalize
+        self.n, self.passes = blame.shape[0], 0
+
+    def __iter__(self) -> Iterator[tuple[int, np.ndarray]]:
+        yield 0, self.blame
+
+
 class _ChunkScorer:
     """Reads the source chunk by chunk, checks layout and finiteness, yields (offset, blame [rows, Q])."""
 

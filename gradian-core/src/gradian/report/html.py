@@ -41,6 +41,8 @@ def render_html(report: Mapping[str, Any], images: Mapping[str, bytes] | None = 
         parts.append(_top_examples(report["top_examples"], report.get("scores") or {}))
         if report.get("clusters") is not None:
             parts.append(_clusters(report["clusters"]))
+        if len(report.get("causes") or []) > 1:
+            parts.append(_causes(report["causes"]))
         parts.append(_spans(report.get("spans") or []))
         parts.append(_plots(report.get("plots") or {}, images or {}))
     parts.append(_warnings(report.get("warnings") or []))
@@ -102,21 +104,32 @@ def _top_examples(rows: Sequence[Mapping[str, Any]], scores: Mapping[str, Any]) 
 
 
 def _clusters(clusters: Mapping[str, Any]) -> str:
-    accused = clusters.get("accused")
-    summary = (f"Accused: {accused}." if accused else
+    accused = clusters.get("accused_all") or ([clusters["accused"]] if clusters.get("accused") else [])
+    summary = (f"Accused: {', '.join(accused)}." if accused else
                f"No cluster stands out (the strongest has family-wise p >= {clusters['alpha']:g}).")
     rows, classes = [], []
     for row in clusters["ranked"][:SHOWN_CLUSTERS]:
-        rows.append([str(row["rank"]), _code(row["name"]), str(row["size"]), _g(row["blame"]), _g(row["z"], digits=3),
-                     _g(row["p_value"], digits=3), _g(row["p_adjusted"], digits=3)])
+        rows.append([str(row["rank"]), _code(row["name"]), str(row["size"]), _g(row["blame"]),
+                     _g(row.get("effect"), digits=3), _g(row["z"], digits=3), _g(row["p_value"], digits=3),
+                     _g(row["p_adjusted"], digits=3)])
         classes.append("accused" if row["accused"] else "")
     body = [_p(f"Membership: {clusters['membership']}. Permutation test against {clusters['permutations']} random "
                f"clusters of the same size (seed {clusters['seed']}). {summary}"),
-            _table(["rank", "cluster", "size", "mean blame", "z", "p-value", "family-wise p"], rows,
-                   numeric=(0, 2, 3, 4, 5, 6), raw=(1,), row_classes=classes)]
+            _table(["rank", "cluster", "size", "mean blame", "effect", "z", "p-value", "family-wise p"], rows,
+                   numeric=(0, 2, 3, 4, 5, 6, 7), raw=(1,), row_classes=classes)]
     if clusters["count"] > SHOWN_CLUSTERS:
         body.append(_p(f"{clusters['count'] - SHOWN_CLUSTERS} more clusters in report.json."))
     return _section("Clusters", *body)
+
+
+def _causes(causes: Sequence[Mapping[str, Any]]) -> str:
+    rows = [[str(cause["cause"]), ", ".join(cause["items"]),
+             cause["accused_cluster"] or "nothing: no data cause found", _g(cause["z"], digits=3),
+             _g(cause["p_adjusted"], digits=3), ", ".join(cause["top_examples"][:3])] for cause in causes]
+    return _section("Causes", _p("The regressed items were grouped by their query gradients and each group attributed "
+                                 "on its own; the sections above attribute cause 1."),
+                    _table(["cause", "items", "accuses", "z", "family-wise p", "most blamed examples"], rows,
+                           numeric=(0, 3, 4)))
 
 
 def _spans(drills: Sequence[Mapping[str, Any]]) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribution.causes import CauseSplit
 from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.results import ClusterResult, ClusterScore, ExampleScores, SpanDrill
 
@@ -89,7 +90,8 @@ def library_versions() -> dict[str, str]:
 def attribution_report(*, scores: ExampleScores, capability: Any, preconditioner: Preconditioner,
                        texts: Mapping[str, str], provenance: Provenance, clusters: ClusterResult | None = None,
                        spans: Sequence[SpanDrill] = (), warnings: Sequence[ReportWarning] = (),
-                       query_signal: Any = None, top_k: int | None = None) -> dict[str, Any]:
+                       query_signal: Any = None, top_k: int | None = None,
+                       causes: CauseSplit | None = None) -> dict[str, Any]:
     """The report of an attributed regression: ``capability`` is the evaluation's CapabilityResult."""
     signal = _query_signal_dict(query_signal if query_signal is not None else capability.query_signal)
     notes = list(warnings)
@@ -102,12 +104,13 @@ def attribution_report(*, scores: ExampleScores, capability: Any, preconditioner
     accused = clusters.accused_all if clusters is not None else ()
     headline = (f"Attributed: cluster {_named(accused)} {'is' if len(accused) == 1 else 'are'} blamed." if accused
                 else "Attributed: no cluster stands out; read the top examples.")
-    verdict = {"kind": "attributed", "headline": headline,
-               "summary": _attributed_summary(capability_dict, top, clusters), **_accusation(top, clusters)}
+    summary = f"{_attributed_summary(capability_dict, top, clusters)} {_causes_sentence(causes)}".strip()
+    verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, clusters)}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
                      method=method_summary(scores, preconditioner, clusters), top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
-                     warnings=_with_normalize_warning(notes, scores), provenance=provenance)
+                     warnings=_with_normalize_warning(notes, scores), provenance=provenance,
+                     causes=_causes_list(causes))
 
 
 def no_capability_target_report(*, scores: ExampleScores, preconditioner: Preconditioner, texts: Mapping[str, str],
@@ -197,7 +200,7 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
 
 def _assemble(*, verdict: dict, capability: dict | None, query_signal: dict, method: dict | None,
               top_examples: list, clusters: dict | None, spans: list, warnings: Sequence[ReportWarning],
-              provenance: Provenance) -> dict[str, Any]:
+              provenance: Provenance, causes: list | None = None) -> dict[str, Any]:
     versions = provenance.versions if provenance.versions is not None else library_versions()
     return {
         "schema": SCHEMA,
@@ -207,6 +210,7 @@ def _assemble(*, verdict: dict, capability: dict | None, query_signal: dict, met
         "method": method,
         "top_examples": top_examples,
         "clusters": clusters,
+        "causes": causes,
         "spans": spans,
         "warnings": [{"code": w.code, "message": w.message} for w in warnings],
         "plots": {"files": [], "note": "plots not written (write_report writes them)"},
@@ -294,6 +298,34 @@ def _examples_sentence(top: list[dict]) -> str:
         return ""
     listed = ", ".join(f"`{row['id']}` ({row['blame']:.3g})" for row in top[:3])
     return f"Most blamed examples: {listed}."
+
+
+def _causes_list(causes: CauseSplit | None) -> list[dict[str, Any]] | None:
+    """Each cause's items, what it accuses and its most blamed examples; None when causes were not looked for."""
+    if causes is None:
+        return None
+    out = []
+    for number, cause in enumerate(causes.causes, start=1):
+        accused = cause.accused
+        out.append({"cause": number, "items": list(cause.item_ids), "accused_cluster": accused.name if accused else None,
+                    "accused_clusters": [s.name for s in cause.clusters.accused_all],
+                    "z": _num(accused.z) if accused else None, "effect": _num(accused.effect) if accused else None,
+                    "p_adjusted": _num(accused.p_adjusted) if accused else None,
+                    "top_examples": list(cause.scores.top_ids()[:5])})
+    return out
+
+
+def _causes_sentence(causes: CauseSplit | None) -> str:
+    if causes is None or len(causes.causes) < 2:
+        return ""
+    parts = []
+    for number, cause in enumerate(causes.causes, start=1):
+        accused = cause.accused
+        what = (f"`{accused.name}` (z {accused.z:.3g}, family-wise p = {accused.p_adjusted:.3g})" if accused
+                else "no cluster stands out: no data cause found")
+        parts.append(f"cause {number} ({len(cause.item_ids)} items): {what}")
+    return (f"The regressed items split into {len(causes.causes)} causes by their query gradients; "
+            + "; ".join(parts) + ". The sections below attribute cause 1.")
 
 
 def _clusters_dict(clusters: ClusterResult | None) -> dict[str, Any] | None:

@@ -27,6 +27,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         parts.append(_scores(report.get("scores") or {}))
         if report.get("clusters") is not None:
             parts.append(_clusters(report["clusters"]))
+        if len(report.get("causes") or []) > 1:
+            parts.append(_causes(report["causes"]))
         parts.append(_spans(report.get("spans") or []))
         parts.append(_plots(report.get("plots") or {}))
     parts.append(_warnings(report.get("warnings") or []))
@@ -110,9 +112,12 @@ def _scores(scores: Mapping[str, Any]) -> str:
 
 
 def _clusters(clusters: Mapping[str, Any]) -> str:
-    accused = clusters.get("accused")
-    verdict = (f"Accused: `{accused}`." if accused else
+    accused = clusters.get("accused_all") or ([clusters["accused"]] if clusters.get("accused") else [])
+    verdict = ("Accused: " + ", ".join(f"`{name}`" for name in accused) + "." if accused else
                f"No cluster stands out (the strongest has family-wise p >= {clusters['alpha']:g}).")
+    if len(accused) > 1:
+        verdict += (" Every cluster below the family-wise threshold is accused, the one whose members are the most "
+                    "blamed (effect: mean blame above the overall mean, in blame standard deviations) first.")
     lines = ["## Clusters", "",
              f"Membership: {clusters['membership']}. Cluster blame is the mean blame of its members; z is how far "
              "that mean sits above a random cluster's of the same size, in standard deviations; clusters are "
@@ -120,13 +125,27 @@ def _clusters(clusters: Mapping[str, Any]) -> str:
              f"same size (seed {clusters['seed']}); family-wise p: the same test against the strongest of all "
              f"{clusters['count']} clusters in each permutation, which is what an accusation is judged on. " + verdict,
              "",
-             "| rank | cluster | size | mean blame | z | p-value | family-wise p |", "|---|---|---|---|---|---|---|"]
+             "| rank | cluster | size | mean blame | effect | z | p-value | family-wise p |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in clusters["ranked"][:SHOWN_CLUSTERS]:
         name = f"**`{row['name']}`**" if row["accused"] else f"`{row['name']}`"
-        lines.append(f"| {row['rank']} | {name} | {row['size']} | {_g(row['blame'])} | {_g(row['z'], digits=3)} | "
+        lines.append(f"| {row['rank']} | {name} | {row['size']} | {_g(row['blame'])} | "
+                     f"{_g(row.get('effect'), digits=3)} | {_g(row['z'], digits=3)} | "
                      f"{_g(row['p_value'], digits=3)} | {_g(row['p_adjusted'], digits=3)} |")
     if clusters["count"] > SHOWN_CLUSTERS:
         lines += ["", f"{clusters['count'] - SHOWN_CLUSTERS} more clusters in report.json."]
+    return "\n".join(lines)
+
+
+def _causes(causes: list[Mapping[str, Any]]) -> str:
+    lines = ["## Causes", "",
+             "The regressed items were grouped by their query gradients and each group attributed on its own; groups "
+             "that accuse the same cluster are one cause. The sections above and below attribute cause 1.", "",
+             "| cause | items | accuses | z | family-wise p | most blamed examples |", "|---|---|---|---|---|---|"]
+    for cause in causes:
+        accused = f"`{cause['accused_cluster']}`" if cause["accused_cluster"] else "nothing: no data cause found"
+        lines.append(f"| {cause['cause']} | {_listing(cause['items'], 4)} | {accused} | {_g(cause['z'], digits=3)} | "
+                     f"{_g(cause['p_adjusted'], digits=3)} | {_listing(cause['top_examples'], 3)} |")
     return "\n".join(lines)
 
 

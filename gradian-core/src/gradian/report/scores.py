@@ -54,22 +54,28 @@ def parquet_available() -> bool:
 
 
 def score_table(scores: Any, *, cluster_names: Sequence[str | None] | None = None,
-                accused: Sequence[str] = (), item_blame: np.ndarray | None = None) -> ScoreTable:
-    """The table of an ExampleScores, ``cluster_names`` per position and the ``[examples, items]`` per-item blame."""
+                accused: Sequence[str] = (), item_blame: np.ndarray | None = None,
+                item_ids: Sequence[str] | None = None) -> ScoreTable:
+    """The table of an ExampleScores, ``cluster_names`` per position and the ``[examples, items]`` per-item blame.
+
+    ``item_ids`` names the per-item columns when they are not the scores' own items (every regressed item, when the
+    blame is one cause's).
+    """
     order = np.asarray(scores.order(), dtype=np.int64)
     names = tuple(cluster_names) if cluster_names is not None else (None,) * len(scores)
     blocked = set(accused)
+    columns = tuple(item_ids) if item_ids is not None else tuple(scores.item_ids)
     per_item = None
     if item_blame is not None:
         per_item = np.asarray(item_blame, dtype=np.float64)
-        if per_item.shape != (len(scores), len(scores.item_ids)):
+        if per_item.shape != (len(scores), len(columns)):
             raise ValueError("item_blame needs one row per example and one column per item")
         per_item = per_item[order]
     return ScoreTable(
         position=order, ids=tuple(scores.ids[p] for p in order),
         rank=np.asarray(scores.ranks, dtype=np.int64)[order], blame=np.asarray(scores.blame, dtype=np.float64)[order],
         cluster=tuple(names[p] for p in order), accused=np.array([names[p] in blocked for p in order], dtype=bool),
-        items=tuple(scores.item_ids) if per_item is not None else (), item_blame=per_item)
+        items=columns if per_item is not None else (), item_blame=per_item)
 
 
 def csv_rows(table: ScoreTable) -> Iterator[list[str]]:

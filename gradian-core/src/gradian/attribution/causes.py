@@ -1,0 +1,152 @@
+"""Regressed items grouped into causes: items whose query gradients point different ways are attributed apart.
+
+A regression seen on many eval items can have more than one cause: a bad cluster, and damage the learning rate or
+another cluster did to other items. Pooled into one query, a weaker cause's items dilute the stronger one's.
+
+Items are grouped by kernel k-means on the cosine of their preconditioned query gradients (q_i . P q_j, the inner
+product blame is scored with), for k = 2 .. ``attribution.max_causes``, each group holding at least
+``MIN_GROUP_ITEMS`` items. Each group is attributed from the per-item blame scoring already holds (no further read of
+the index) and its clusters are tested as the whole set's are. Groups that accuse the same cluster are one cause;
+groups that accuse none are together the unexplained items ("no data cause found"). A split is kept only when its
+groups accuse two or more distinct clusters; among those, the most distinct accused clusters win, then the largest
+sum of their z. Otherwise the items are one cause and the attribution of all of them stands: splitting one cause's items only
+makes each query noisier, and keeping a split because its one accused cluster's z rose cost the span case two
+planted rows (bench/results/causes.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradian.attribution.clusters import cluster_blame
+from gradian.attribution.results import ClusterAssignment, ClusterResult, ClusterScore, ExampleScores
+from gradian.attribution.scoring import rescore_items
+
+MIN_GROUP_ITEMS = 2
+_RESTARTS = 10
+_MAX_ITERATIONS = 50
+
+
+@dataclass(frozen=True, eq=False)
+class Cause:
+    """Regressed items attributed together: their blame and the clusters it accuses (none: unexplained)."""
+
+    item_ids: tuple[str, ...]
+    scores: ExampleScores
+    clusters: ClusterResult
+
+    @property
+    def accused(self) -> ClusterScore | None:
+        """The first cluster this cause's items accuse, or None when their regression has no data cause found."""
+        return self.clusters.accused
+
+
+@dataclass(frozen=True, eq=False)
+class CauseSplit:
+    """The causes of a regression: the most strongly accused first, the unexplained items (if any) last."""
+
+    causes: tuple[Cause, ...]
+    groups: int  # the k whose split was kept; 1 when the items are one cause
+
+    @property
+    def primary(self) -> Cause:
+        """The cause the report leads with."""
+        return self.causes[0]
+
+
+def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], gram: np.ndarray,
+                assignment: ClusterAssignment, config: Any, whole: ExampleScores,
+                whole_clusters: ClusterResult) -> CauseSplit:
+    """Group the items, attribute each group, and keep the split that accuses the most distinct clusters.
+
+    ``item_blame`` is every example's per-item blame [examples, items]; ``gram`` the items' preconditioned query
+    inner products [items, items]; ``whole`` and ``whole_clusters`` the attribution of all items together.
+    """
+    best: tuple[tuple[int, float], list[Cause]] | None = None
+    for k in range(2, int(config.max_causes) + 1):
+        if len(item_ids) < k * MIN_GROUP_ITEMS:
+            break
+        labels = group_items(gram, k, seed=config.seed)
+        if np.bincount(labels, minlength=k).min() < MIN_GROUP_ITEMS:
+            continue
+        causes = _merged(labels, item_blame, ids, item_ids, assignment, config)
+        accused = [cause.accused.z for cause in causes if cause.accused is not None]
+        if len(accused) < 2:
+            # One accused cluster: leaving the other items out can raise its z without finding anything new (span
+            # items each target their own rows, so fewer items find fewer of them); the pooled attribution stands.
+            continue
+        key = (len(accused), sum(accused))  # then clearer accusations: items no cluster explains set apart
+        if best is None or key > best[0]:
+            best = (key, causes)
+    if best is None:
+        return CauseSplit((Cause(tuple(item_ids), whole, whole_clusters),), groups=1)
+    causes = sorted(best[1], key=lambda c: (c.accused is None, -(c.accused.z if c.accused else 0.0), c.item_ids))
+    return CauseSplit(tuple(causes), groups=len(best[1]))
+
+
+def group_items(gram: np.ndarray, k: int, *, seed: int = 0) -> np.ndarray:
+    """Kernel k-means labels of the items under the cosine of ``gram``, the best of seeded restarts."""
+    gram = np.asarray(gram, dtype=np.float64)
+    gram = (gram + gram.T) / 2
+    norms = np.sqrt(np.clip(np.diag(gram), 0.0, None))
+    safe = np.where(norms > 0, norms, 1.0)
+    cosine = gram / safe[:, None] / safe[None, :]
+    n = cosine.shape[0]
+    rng = np.random.default_rng([seed, 3])
+    best_cost, best_labels = np.inf, np.zeros(n, dtype=np.int64)
+    for _ in range(_RESTARTS):
+        labels = rng.permutation(np.arange(n) % k)  # every group starts non-empty
+        for _ in range(_MAX_ITERATIONS):
+            distance = _distances(cosine, labels, k)
+            new = np.argmin(distance, axis=1)
+            if np.array_equal(new, labels):
+                break
+            labels = new
+        cost = float(_distances(cosine, labels, k)[np.arange(n), labels].sum())
+        if cost < best_cost - 1e-12:
+            best_cost, best_labels = cost, labels
+    return _first_seen_order(best_labels)
+
+
+def _distances(cosine: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """Squared feature-space distance of every item to every group's mean, from the kernel alone."""
+    out = np.full((cosine.shape[0], k), np.inf)
+    for group in range(k):
+        members = labels == group
+        if members.any():
+            out[:, group] = (np.diag(cosine) - 2 * cosine[:, members].mean(axis=1)
+                             + cosine[np.ix_(members, members)].mean())
+    return out
+
+
+def _first_seen_order(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered in order of each group's first item, so equal splits get equal labels."""
+    _, first = np.unique(labels, return_index=True)
+    mapping = {int(labels[i]): number for number, i in enumerate(sorted(first))}
+    return np.array([mapping[int(label)] for label in labels], dtype=np.int64)
+
+
+def _merged(labels: np.ndarray, item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
+            assignment: ClusterAssignment, config: Any) -> list[Cause]:
+    """Each group attributed; groups accusing the same cluster merged, and those accusing none merged."""
+    by_accused: dict[str | None, list[int]] = {}
+    for group in range(int(labels.max()) + 1):
+        columns = [int(c) for c in np.flatnonzero(labels == group)]
+        accused = _attributed(columns, item_blame, ids, item_ids, assignment, config)[1].accused
+        by_accused.setdefault(accused.name if accused else None, []).extend(columns)
+    causes = []
+    for columns in by_accused.values():
+        scores, clusters = _attributed(sorted(columns), item_blame, ids, item_ids, assignment, config)
+        causes.append(Cause(tuple(item_ids[c] for c in sorted(columns)), scores, clusters))
+    return causes
+
+
+def _attributed(columns: list[int], item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
+                assignment: ClusterAssignment, config: Any) -> tuple[ExampleScores, ClusterResult]:
+    scores = rescore_items(item_blame, ids, item_ids, columns, aggregation=config.aggregation,
+                           normalize=config.normalize, top_k=config.top_k)
+    return scores, cluster_blame(scores.blame, assignment, permutations=config.permutations, seed=config.seed)

@@ -1,0 +1,148 @@
+"""Causes: regressed items with two different data causes are split and each cause accuses its own cluster; one
+cause is never split; the per-group blame is the same as scoring those items alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradian.attribution import ArraySource, cluster_blame, clusters_from_field, score_examples
+from gradian.attribution.causes import find_causes, group_items
+from gradian.attribution.scoring import ItemBlameCollector, rescore_items
+from gradian.config import AttributionConfig, load_config
+from gradian.errors import ConfigError
+
+N, DIM = 240, 48
+
+
+def _two_causes(seed: int = 0, second_cluster: bool = True, unexplained_items: int = 0):
+    """Clean rows from four sources; 12 rows of `vendor-a` push failure A, 12 of `vendor-b` (or 12 rows spread over
+    the clean sources) push failure B; 6 items fail the A way and 5 the B way, and ``unexplained_items`` more fail
+    a third way no training row pushes."""
+    rng = np.random.default_rng(seed)
+    directions = np.linalg.qr(rng.normal(size=(DIM, 3)))[0].T  # orthonormal failure directions
+    train = rng.normal(size=(N, DIM))
+    sources = np.array(["wiki", "forum", "docs", "chat"])[rng.integers(0, 4, size=N)].astype(object)
+    planted = rng.choice(N, 24, replace=False)
+    a, b = np.sort(planted[:12]), np.sort(planted[12:])
+    train[a] = -2.5 * directions[0] + 0.6 * rng.normal(size=(12, DIM))
+    train[b] = -2.5 * directions[1] + 0.6 * rng.normal(size=(12, DIM))
+    sources[a] = "vendor-a"
+    if second_cluster:
+        sources[b] = "vendor-b"
+    queries = np.concatenate([directions[0] + 0.1 * rng.normal(size=(6, DIM)),
+                              directions[1] + 0.1 * rng.normal(size=(5, DIM)),
+                              directions[2] + 0.1 * rng.normal(size=(unexplained_items, DIM))])
+    item_ids = ([f"item-a{i}" for i in range(6)] + [f"item-b{i}" for i in range(5)]
+                + [f"item-c{i}" for i in range(unexplained_items)])
+    rows = [{"source": str(s)} for s in sources]
+    return train, queries, item_ids, rows, a, b
+
+
+def _attributed(train, queries, item_ids, rows, **config):
+    config = AttributionConfig(cluster_field="source", permutations=300, **config)
+    ids = [f"row-{i:04d}" for i in range(N)]
+    collector = ItemBlameCollector()
+    whole = score_examples(ArraySource(train, ids), queries, item_ids=item_ids, item_sink=collector)
+    assignment = clusters_from_field(rows, "source", ids=ids)
+    clusters = cluster_blame(whole.blame, assignment, permutations=config.permutations, seed=config.seed)
+    split = find_causes(collector.matrix(), ids, item_ids, queries @ queries.T, assignment, config, whole, clusters)
+    return split, whole, clusters
+
+
+def _recall(blame: np.ndarray, rows: np.ndarray) -> float:
+    return float(np.isin(np.argsort(-blame)[:len(rows)], rows).mean())
+
+
+def test_two_causes_are_split_and_each_accuses_its_own_cluster():
+    train, queries, item_ids, rows, a, b = _two_causes()
+    split, whole, _ = _attributed(train, queries, item_ids, rows)
+    assert split.groups == 2 and len(split.causes) == 2
+    by_cluster = {cause.accused.name: cause for cause in split.causes}
+    assert set(by_cluster) == {"vendor-a", "vendor-b"}
+    assert by_cluster["vendor-a"].item_ids == tuple(item_ids[:6])
+    assert by_cluster["vendor-b"].item_ids == tuple(item_ids[6:])
+    assert split.primary.accused.z >= split.causes[1].accused.z  # the most strongly accused cause leads
+    # Each cause's blame ranks its own planted rows above what the pooled query does.
+    assert _recall(by_cluster["vendor-a"].scores.blame, a) > _recall(whole.blame, a)
+    assert _recall(by_cluster["vendor-b"].scores.blame, b) > _recall(whole.blame, b)
+
+
+def test_items_no_cluster_explains_are_reported_as_a_cause_without_a_data_cause():
+    train, queries, item_ids, rows, _, _ = _two_causes(unexplained_items=4)
+    split, _, _ = _attributed(train, queries, item_ids, rows)
+    assert split.groups == 3 and [c.accused.name if c.accused else None for c in split.causes][2] is None
+    assert {c.accused.name for c in split.causes[:2]} == {"vendor-a", "vendor-b"}
+    assert split.causes[2].item_ids == tuple(item_ids[11:])
+
+
+def test_one_cause_is_not_split():
+    train, queries, item_ids, rows, _, _ = _two_causes()
+    split, whole, clusters = _attributed(train, queries[:6], item_ids[:6], rows)  # the six items that fail the A way
+    assert split.groups == 1 and len(split.causes) == 1
+    assert split.primary.scores is whole and split.primary.clusters is clusters
+    assert split.primary.accused.name == "vendor-a"
+
+
+def test_items_whose_failure_no_cluster_explains_do_not_make_a_second_cause():
+    """Failure B comes from rows spread over the clean sources: no cluster explains it, so the items stay one cause
+    (a split needs two accused clusters) and the pooled attribution stands."""
+    train, queries, item_ids, rows, _, _ = _two_causes(second_cluster=False)
+    split, whole, _ = _attributed(train, queries, item_ids, rows)
+    assert len(split.causes) == 1 and split.primary.scores is whole and split.primary.accused.name == "vendor-a"
+
+
+def test_max_causes_one_never_splits():
+    train, queries, item_ids, rows, _, _ = _two_causes()
+    split, whole, _ = _attributed(train, queries, item_ids, rows, max_causes=1)
+    assert split.groups == 1 and split.primary.scores is whole
+
+
+def test_a_group_rescored_from_held_blame_equals_scoring_its_items_alone():
+    train, queries, item_ids, _, _, _ = _two_causes()
+    collector = ItemBlameCollector()
+    ids = [f"row-{i:04d}" for i in range(N)]
+    score_examples(ArraySource(train, ids), queries, item_ids=item_ids, item_sink=collector)
+    for aggregation in ("mean", "rank_vote"):
+        held = rescore_items(collector.matrix(), ids, item_ids, [6, 7, 8], aggregation=aggregation, top_k=7)
+        alone = score_examples(ArraySource(train, ids), queries[6:9], item_ids=item_ids[6:9], aggregation=aggregation,
+                               top_k=7)
+        np.testing.assert_allclose(held.blame, alone.blame, rtol=1e-10, atol=1e-12)
+        assert held.item_ids == alone.item_ids and np.array_equal(held.top_positions, alone.top_positions)
+
+
+def test_grouping_is_deterministic_and_finds_orthogonal_blocks():
+    rng = np.random.default_rng(2)
+    directions = np.eye(8)[:2]
+    vectors = np.concatenate([directions[0] + 0.2 * rng.normal(size=(5, 8)), directions[1] + 0.2 * rng.normal(size=(4, 8))])
+    gram = vectors @ vectors.T
+    labels = group_items(gram, 2, seed=0)
+    assert labels.tolist() == [0] * 5 + [1] * 4
+    assert np.array_equal(labels, group_items(gram, 2, seed=0))
+
+
+def test_max_causes_below_one_is_a_config_error():
+    with pytest.raises(ConfigError, match="max_causes"):
+        load_config(None, ["attribution.max_causes=0"])
+
+
+def test_the_report_names_each_cause_and_leads_with_the_first():
+    from gradian.attribution import diagonal_preconditioner
+    from gradian.report import attribution_report, render_markdown
+    from gradian.report.html import render_html
+    from tests.core.test_report_files import STAMP, _capability, _provenance
+
+    train, queries, item_ids, rows, _, _ = _two_causes()
+    split, _, _ = _attributed(train, queries, item_ids, rows)
+    lead = split.primary
+    report = attribution_report(scores=lead.scores, capability=_capability([1.0] * 12, [0.0] * 11 + [1.0]),
+                                preconditioner=diagonal_preconditioner(np.ones(DIM)),
+                                texts={i: "text" for i in lead.scores.ids}, provenance=_provenance(STAMP),
+                                clusters=lead.clusters, causes=split)
+    causes = report["causes"]
+    assert [c["accused_cluster"] for c in causes] == [c.accused.name for c in split.causes]
+    assert causes[0]["items"] == list(lead.item_ids) and report["verdict"]["accused_cluster"] == lead.accused.name
+    assert "split into 2 causes" in report["verdict"]["summary"]
+    markdown = render_markdown(report)
+    assert "## Causes" in markdown and markdown.index("## Clusters") < markdown.index("## Causes")
+    assert '<section id="causes">' in render_html(report)
