@@ -13,7 +13,7 @@ The capture never forms G = sum_t u_t^T v_t, so T must act on its factors: T_row
   kronecker   the empirical Fisher of G as a Kronecker product L (x) R (L = E[G G^T] / cols, R = E[G^T G] / rows,
               as Shampoo estimates it), full on the matrix's narrow side (the LoRA rank: r x r, cheap at any model
               size) and diagonal on the wide side; T = (L + lambda/2)^-1/2 and (R + lambda/2)^-1/2, scaled by sqrt(m).
-              It ranks above the diagonal on every tuning case (bench/results/kronecker.md).
+              It is never below the diagonal on a tuning case, and above it on most (bench/results/kronecker.md).
 
 An exact index applies the Kronecker fit at query time (P = T^2 on each side, ``Whitening.squared``), from the same
 sample of its stored rows.
