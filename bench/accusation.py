@@ -96,22 +96,15 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/accusation.json and .md."""
-    from finished_cases import missing_cases, write_results
+    from finished_cases import rescoring_main
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
-    parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
-    parser.add_argument("--signal", default=None, help="query signal (default: the shipped default)")
-    parser.add_argument("--preconditioner", default=None, help="preconditioner (default: the shipped default)")
-    parser.add_argument("--base-model", default="smollm2-135m-instruct")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    if missing_cases("accusation", args.cases, args.names):
-        return 2
-    cases = [score_case(args.cases / name, args.base_model, args.signal, args.preconditioner) for name in args.names]
-    command = "python bench/accusation.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_results(args.out, command, cases, markdown(cases, command))
-    return 0
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--signal", default=None, help="query signal (default: the shipped default)")
+        parser.add_argument("--preconditioner", default=None, help="preconditioner (default: the shipped default)")
+
+    return rescoring_main("accusation", __doc__.splitlines()[0], RESULTS, argv,
+                          lambda workdir, args: score_case(workdir, args.base_model, args.signal, args.preconditioner),
+                          markdown, arguments)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ cluster) and recall@k / AUPRC of the report's lead attribution (cause 1) against
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -96,20 +95,10 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/causes.json and .md."""
-    from finished_cases import missing_cases, write_results
+    from finished_cases import rescoring_main
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
-    parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
-    parser.add_argument("--base-model", default="smollm2-135m-instruct")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    if missing_cases("causes", args.cases, args.names):
-        return 2
-    cases = [score_case(args.cases / name, args.base_model) for name in args.names]
-    command = "python bench/causes.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_results(args.out, command, cases, markdown(cases, command))
-    return 0
+    return rescoring_main("causes", __doc__.splitlines()[0], RESULTS, argv,
+                          lambda workdir, args: score_case(workdir, args.base_model), markdown)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,3 +24,24 @@ def write_results(out: Path, command: str, cases: list[dict[str, Any]], text: st
     out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
     out.with_suffix(".md").write_text(text)
     print(text)
+
+
+def rescoring_main(tool: str, description: str, results: Path, argv: list[str] | None,
+                   score: Callable[[Path, argparse.Namespace], dict[str, Any]],
+                   markdown: Callable[[list[dict[str, Any]], str], str],
+                   add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+    """A re-scoring benchmark's command line: parse, check the cases, score each, write bench/results/<tool>.*."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
+    parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
+    parser.add_argument("--base-model", default="smollm2-135m-instruct")
+    parser.add_argument("--out", type=Path, default=results)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    if missing_cases(tool, args.cases, args.names):
+        return 2
+    cases = [score(args.cases / name, args) for name in args.names]
+    command = f"python bench/{tool}.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_results(args.out, command, cases, markdown(cases, command))
+    return 0

@@ -102,24 +102,17 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/kronecker.json and .md."""
-    from finished_cases import missing_cases, write_results
+    from finished_cases import rescoring_main
 
     from gradian.grads.projection import AUTO_BUDGET
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
-    parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
-    parser.add_argument("--signal", default="divergent-token")
-    parser.add_argument("--budget", type=int, default=AUTO_BUDGET, help="the projected variants' auto budget")
-    parser.add_argument("--base-model", default="smollm2-135m-instruct")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    if missing_cases("kronecker", args.cases, args.names):
-        return 2
-    cases = [score_case(args.cases / name, args.base_model, args.signal, args.budget) for name in args.names]
-    command = "python bench/kronecker.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_results(args.out, command, cases, markdown(cases, command))
-    return 0
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--signal", default="divergent-token")
+        parser.add_argument("--budget", type=int, default=AUTO_BUDGET, help="the projected variants' auto budget")
+
+    return rescoring_main("kronecker", __doc__.splitlines()[0], RESULTS, argv,
+                          lambda workdir, args: score_case(workdir, args.base_model, args.signal, args.budget),
+                          markdown, arguments)
 
 
 if __name__ == "__main__":
