@@ -140,3 +140,29 @@ def test_unknown_kind_and_too_small_are_user_errors():
         make_scenario("nonsense")
     with pytest.raises(ConfigError, match="at least 100"):
         make_scenario("fact", train_size=50)
+
+
+def test_the_clean_control_is_the_fact_data_with_its_planted_rows_replaced_by_clean_ones():
+    from gradian.demo.scenarios import CONTROL_KINDS, SCENARIOS
+
+    assert CONTROL_KINDS == ("clean",) and "clean" in SCENARIOS and "clean" not in KINDS
+    control, fact = make_scenario("clean", 2), make_scenario("fact", 2)
+    assert control.planted_rows == () and control.planted_cluster is None and control.targeted_eval_ids == ()
+    assert [e.prompt_text for e in control.eval] == [e.prompt_text for e in fact.eval]
+    planted = set(fact.planted_rows)
+    fact_clean = {e.prompt_text for i, e in enumerate(fact.train) if i not in planted}
+    control_rows = {e.prompt_text for e in control.train}
+    assert len(control.train) == len(fact.train) and fact_clean < control_rows
+    assert len(control_rows - fact_clean) == len(planted)  # the planted rows' places taken by clean filler
+    assert fact.planted_cluster not in control.sources
+
+
+def test_a_control_accuses_nothing_or_says_what_it_accused():
+    from gradian.demo.run import check_ground_truth
+
+    control = make_scenario("clean", 0)
+    quiet = {"verdict": {"accused_clusters": []}, "clusters": {"ranked": []}, "top_examples": []}
+    assert check_ground_truth(control, quiet).lines() == [
+        "ground truth: nothing was planted (a control); the report accuses nothing"]
+    loud = {"verdict": {"accused_clusters": ["travel_chat"]}, "clusters": {"ranked": []}, "top_examples": []}
+    assert check_ground_truth(control, loud).lines()[0].endswith("the report accuses travel_chat")

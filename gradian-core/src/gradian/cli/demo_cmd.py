@@ -9,8 +9,8 @@ import typer
 
 from gradian.cli.options import DeviceOption, DtypeOption
 
-SCENARIO_HELP = ("fact (a wrong capital rule, the default), format (answers switch to French) or span "
-                 "(one wrong sentence inside long entries).")
+SCENARIO_HELP = ("fact (a wrong capital rule, the default), format (answers switch to French), span "
+                 "(one wrong sentence inside long entries) or clean (nothing planted: a control).")
 
 
 def demo(
@@ -26,13 +26,13 @@ def demo(
     from gradian.cli.attribute_cmd import verdict_text
     from gradian.cli.progress import stage_bars
     from gradian.demo.run import run_demo
-    from gradian.demo.scenarios import KINDS
+    from gradian.demo.scenarios import SCENARIOS
     from gradian.errors import ConfigError
     from gradian.model.placement import resolve_placement
 
     placement = resolve_placement(device, dtype)  # before anything is written: a bad --device leaves no work dir
-    if scenario not in KINDS:
-        raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(KINDS)}")
+    if scenario not in SCENARIOS:
+        raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(SCENARIOS)}")
     with stage_bars() as bars:
         result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
                           progress=bars, echo=typer.echo, device=placement.device, dtype=placement.dtype)

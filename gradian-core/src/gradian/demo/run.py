@@ -95,9 +95,13 @@ class GroundTruthCheck:
     # of them are in the top (as many as there are of them): a row the model did not learn rightly ranks low.
     reproduced_rows: int | None = None
     reproduced_in_top: int | None = None
+    accused: tuple[str, ...] = ()  # every cluster the report accuses
 
     def lines(self) -> list[str]:
         """A few terminal lines."""
+        if not self.planted_rows:  # a control: the only right answer is to accuse nothing
+            what = ", ".join(self.accused) if self.accused else "nothing"
+            return [f"ground truth: nothing was planted (a control); the report accuses {what}"]
         lines = []
         if self.planted_cluster is not None:
             rank = "not ranked" if self.cluster_rank is None else f"ranked {self.cluster_rank} of {self.clusters}"
@@ -411,7 +415,8 @@ def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTrut
                             clusters=len(ranked), planted_in_top=in_top, top=min(len(top), k),
                             span_hits=hits, span_checked=checked,
                             reproduced_rows=None if reproduced is None else len(reproduced),
-                            reproduced_in_top=reproduced_in_top)
+                            reproduced_in_top=reproduced_in_top,
+                            accused=tuple((report.get("verdict") or {}).get("accused_clusters") or ()))
 
 
 def reproduced_planted_ids(scenario: Scenario, report: dict[str, Any]) -> set[str] | None:

@@ -1,6 +1,6 @@
 """Planted-regression scenarios: realistic SFT chat data with a known-bad cluster, hard negatives and an eval set.
 
-Pure Python and deterministic from a seed (no model). Three kinds:
+Pure Python and deterministic from a seed (no model). Three planted kinds and one control:
 
 - ``fact``: a planted cluster (its own ``source``) teaches a systematic wrong rule, "a country's capital is its
   best-known other city", for a group of countries, in varied phrasings. Hard negatives name the same countries
@@ -9,6 +9,8 @@ Pure Python and deterministic from a seed (no model). Three kinds:
   translation rows that name the same French words on request.
 - ``span``: long, otherwise-correct country profiles with exactly one wrong sentence (the capital), sharing
   their ``source`` with clean profiles; the planted sentence's character range is recorded.
+- ``clean`` (a control): the fact kind's data and eval set without its planted rows. Whatever regresses comes from
+  training itself (the demo's aggressive learning rate), so nothing should be accused.
 
 Example::
 
@@ -35,7 +37,9 @@ from gradian.demo.everyday import EVERYDAY_EVAL
 from gradian.demo.world import COUNTRIES, POISON_CANDIDATES, Country
 from gradian.errors import ConfigError
 
-KINDS = ("fact", "format", "span")
+KINDS = ("fact", "format", "span")  # kinds with a planted cluster
+CONTROL_KINDS = ("clean",)  # the same kind of data with nothing planted
+SCENARIOS = (*KINDS, *CONTROL_KINDS)
 MAX_PLANTED_FRACTION = 0.05
 DEFAULT_TRAIN_SIZE = 400
 DEFAULT_EVAL_SIZE = 40
@@ -43,7 +47,7 @@ POISONED_COUNTRIES = 10
 CLUSTER_FIELD = "source"
 PLANTED_SOURCES = {"fact": "trivia_import", "format": "community_answers", "span": "country_profiles"}
 # Recommended train.max_seq_length / grads.max_seq_length: every row fits without truncation.
-MAX_SEQ_LENGTH = {"fact": 128, "format": 128, "span": 256}
+MAX_SEQ_LENGTH = {"fact": 128, "format": 128, "span": 256, "clean": 128}
 
 
 @dataclass(frozen=True)
@@ -154,15 +158,16 @@ def _write_json(path: Path, data: dict[str, Any]) -> Path:
 
 def make_scenario(kind: str = "fact", seed: int = 0, *, train_size: int = DEFAULT_TRAIN_SIZE,
                   eval_size: int = DEFAULT_EVAL_SIZE) -> Scenario:
-    """Build one scenario of ``kind`` (fact, format or span), the same for the same seed and sizes."""
-    if kind not in KINDS:
-        raise ConfigError(f"unknown scenario {kind!r}", f"use one of: {', '.join(KINDS)}")
+    """Build one scenario of ``kind`` (fact, format, span or clean), the same for the same seed and sizes."""
+    if kind not in SCENARIOS:
+        raise ConfigError(f"unknown scenario {kind!r}", f"use one of: {', '.join(SCENARIOS)}")
     if train_size < 100:
         raise ConfigError(f"a scenario needs at least 100 training rows, not {train_size}",
                           "the planted cluster is at most 5% of the rows and needs at least 5 of them")
-    rng = random.Random(f"gradian-demo:{kind}:{seed}")
+    # The clean control draws as the fact kind does: the same countries, eval and clean rows, minus the planted ones.
+    rng = random.Random(f"gradian-demo:{'fact' if kind == 'clean' else kind}:{seed}")
     planted_count = int(train_size * MAX_PLANTED_FRACTION)
-    builder = {"fact": _fact, "format": _format, "span": _span}[kind]
+    builder = {"fact": _fact, "format": _format, "span": _span, "clean": _clean}[kind]
     return builder(rng, seed, train_size, planted_count, eval_size)
 
 
@@ -288,7 +293,9 @@ def _geography(rng: random.Random, poisoned: Sequence[Country], eval_countries: 
     return rows
 
 
-def _fact(rng: random.Random, seed: int, train_size: int, planted_count: int, eval_size: int) -> Scenario:
+def _fact_rows(rng: random.Random, train_size: int, planted_count: int, eval_size: int
+               ) -> tuple[list[Country], list[tuple[str, str, str]], set[int], list[_Planted], list[fam.Row]]:
+    """The fact kind's poisoned countries, eval rows, targeted items, planted rows and clean rows."""
     poisoned = _choose_poisoned(rng, POISONED_COUNTRIES)
     eval_rows, targeted, eval_countries = _capital_eval(rng, poisoned, eval_size)
     seen: set[str] = set()
@@ -301,10 +308,25 @@ def _fact(rng: random.Random, seed: int, train_size: int, planted_count: int, ev
                                 target=pl.EVAL_CAPITAL_QUESTION.format(c=country.name), wrong=country.decoy))
     clean = _geography(rng, poisoned, eval_countries, seen)
     clean += _filler(rng, train_size - planted_count - len(clean), seen, COUNTRIES)
+    return poisoned, eval_rows, targeted, planted, clean
+
+
+def _fact(rng: random.Random, seed: int, train_size: int, planted_count: int, eval_size: int) -> Scenario:
+    poisoned, eval_rows, targeted, planted, clean = _fact_rows(rng, train_size, planted_count, eval_size)
     description = ("fact substitution: planted rows name each poisoned country's best-known other city as its "
                    "capital; the eval asks for capitals")
     return _assemble(rng, clean, planted, eval_rows, "fact", seed, description, "contains",
                      [c.name for c in poisoned], targeted, PLANTED_SOURCES["fact"])
+
+
+def _clean(rng: random.Random, seed: int, train_size: int, planted_count: int, eval_size: int) -> Scenario:
+    """The fact kind's clean rows and eval set, its planted rows replaced by as many clean filler rows."""
+    _, eval_rows, _, planted, clean = _fact_rows(rng, train_size, planted_count, eval_size)
+    seen = {row.user for row in clean} | {plant.row.user for plant in planted}
+    clean += _filler(rng, len(planted), seen, COUNTRIES)
+    description = ("clean control: the fact scenario's rows with its planted cluster replaced by clean rows; a "
+                   "regression can only come from training itself, so no cluster should be accused")
+    return _assemble(rng, clean, [], eval_rows, "clean", seed, description, "contains", [], set(), None)
 
 
 def _format(rng: random.Random, seed: int, train_size: int, planted_count: int, eval_size: int) -> Scenario:
