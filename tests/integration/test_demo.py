@@ -83,6 +83,20 @@ def test_unknown_scenario_is_a_user_error(capsys):
     assert "--scenario 'nonsense' is unknown" in capsys.readouterr().err
 
 
+def test_a_bad_set_override_is_a_user_error_before_anything_is_written(tmp_path, capsys):
+    workdir = tmp_path / "w"
+    assert main(["demo", "--set", "train.nonsense=1", "--workdir", str(workdir)]) == 2
+    assert "train.nonsense" in capsys.readouterr().err and not workdir.exists()
+
+
+def test_set_overrides_apply_on_top_of_the_demo_config():
+    from gradian.config import with_overrides
+
+    config = with_overrides(demo_config(make_scenario("clean", 0)), ["train.learning_rate=5e-4", "train.num_epochs=3"])
+    assert config.train.learning_rate == 5e-4 and config.train.num_epochs == 3.0
+    assert config.attribution.cluster_field == "source"  # the rest of the demo's config stays
+
+
 def test_evaluation_config_of_the_demo_fits_each_scenario():
     for kind in ("fact", "format", "span"):
         scenario = make_scenario(kind, 0)

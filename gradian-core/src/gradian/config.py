@@ -335,6 +335,15 @@ def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...]
             raise ConfigError(f"{where}: not valid YAML", "fix the YAML syntax at that line") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path} is not a mapping of sections", "write it as `grads:`, `evaluation:` ... sections")
+    return _overridden(data, overrides)
+
+
+def with_overrides(config: GradianConfig, overrides: list[str] | tuple[str, ...]) -> GradianConfig:
+    """``config`` with ``--set section.key=value`` overrides applied on top."""
+    return _overridden(config.to_dict(), overrides) if overrides else config
+
+
+def _overridden(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> GradianConfig:
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     for text in overrides:
         section, name, value = parse_override(text)

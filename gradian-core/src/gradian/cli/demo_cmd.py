@@ -19,23 +19,29 @@ def demo(
     base_model: Annotated[str, typer.Option("--base-model", help="Base model (default: the embedded SmolLM2-135M-Instruct; a local model dir works too).")] = "smollm2-135m-instruct",
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Work dir (default: <cache>/demo/<scenario>-<seed>); every stage is cached there.")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Delete the work dir first and redo every stage.")] = False,
+    overrides: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Override one key of the demo's config, e.g. --set train.learning_rate=5e-4 (repeatable); "
+                      "a changed train key retrains.")] = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
 ) -> None:
     """Run the whole workflow on a planted regression: train -> diagnose -> attribute -> verdict (CPU, minutes)."""
     from gradian.cli.attribute_cmd import verdict_text
     from gradian.cli.progress import stage_bars
-    from gradian.demo.run import run_demo
-    from gradian.demo.scenarios import SCENARIOS
+    from gradian.config import with_overrides
+    from gradian.demo.run import demo_config, run_demo
+    from gradian.demo.scenarios import SCENARIOS, make_scenario
     from gradian.errors import ConfigError
     from gradian.model.placement import resolve_placement
 
     placement = resolve_placement(device, dtype)  # before anything is written: a bad --device leaves no work dir
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(SCENARIOS)}")
+    config = with_overrides(demo_config(make_scenario(scenario, seed)), overrides or [])  # a bad key: before any work
     with stage_bars() as bars:
         result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
-                          progress=bars, echo=typer.echo, device=placement.device, dtype=placement.dtype)
+                          config=config, progress=bars, echo=typer.echo, device=placement.device,
+                          dtype=placement.dtype)
     typer.echo("")
     typer.echo(verdict_text(result.report))
     for line in result.check.lines():
