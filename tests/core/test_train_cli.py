@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -34,6 +35,23 @@ def test_trains_with_the_hf_backend_by_default(args, tmp_path, capsys):
     assert "trained with hf in" in out and "3 steps, final loss" in out
     assert (tmp_path / "out" / "adapter" / "adapter_config.json").is_file()
     assert (tmp_path / "out" / "run" / "trainer_state.json").is_file()
+    # train.checkpoints (4) evenly spaced checkpoints: every step of a 3-step run, each with its adapter and optimizer
+    checkpoints = sorted(p.name for p in (tmp_path / "out" / "run").glob("checkpoint-*"))
+    assert checkpoints == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    for name in checkpoints:
+        folder = tmp_path / "out" / "run" / name
+        assert (folder / "adapter_model.safetensors").is_file() and (folder / "optimizer.pt").is_file()
+
+
+@pytest.mark.parametrize(("steps", "checkpoints", "save_steps"), [(50, 4, 13), (50, 1, 50), (3, 4, 1), (100, 5, 20)])
+def test_checkpoints_are_evenly_spaced_and_all_kept(tmp_path, steps, checkpoints, save_steps):
+    from gradian.config import GradianConfig
+    from gradian.model.placement import Placement
+    from gradian.training.arguments import trainer_arguments
+
+    train = dataclasses.replace(GradianConfig().train, checkpoints=checkpoints, max_steps=steps)
+    arguments = trainer_arguments(train, tmp_path, 16, Placement("cpu", "float32"))
+    assert arguments["save_steps"] == save_steps and arguments["save_total_limit"] == checkpoints
 
 
 def test_unknown_backend_lists_the_installed_ones(args, capsys):

@@ -107,6 +107,8 @@ class TrainConfig:
     target_modules: tuple[str, ...] = _opt(ALL_LORA_PROJECTIONS, "module names LoRA is applied to")
     use_rslora: bool = _opt(False, "rank-stabilized LoRA scaling (alpha / sqrt(r))")
     logging_steps: int = _opt(1, "steps between log entries", min=1)
+    checkpoints: int = _opt(4, "evenly spaced checkpoints kept, the last at the final step (adapter, optimizer and "
+                               "trainer state each: what checkpoint-ensemble scoring reads)", min=1)
     seed: int = _opt(0, "training seed", min=0)
 
 

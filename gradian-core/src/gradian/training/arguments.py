@@ -62,11 +62,12 @@ def trainer_arguments(train: Any, run_dir: Path, n_examples: int, placement: Pla
         "optim": "adamw_torch",  # plain AdamW: the same update on CPU and GPU (the fused default differs by device)
         "logging_strategy": "steps",
         "logging_steps": train.logging_steps,
-        # One checkpoint, at the last step: it holds optimizer.pt (Adam's second moments, for the adam
-        # preconditioner) and trainer_state.json, which is what run-dir readers look for.
+        # train.checkpoints evenly spaced checkpoints, the Trainer adding one at the last step: each holds the adapter
+        # at that point (for scoring with gradients along the run), optimizer.pt (Adam's second moments, for the
+        # adam preconditioner) and trainer_state.json, which is what run-dir readers look for.
         "save_strategy": "steps",
-        "save_steps": total,
-        "save_total_limit": 1,
+        "save_steps": max(1, math.ceil(total / train.checkpoints)),
+        "save_total_limit": train.checkpoints,
         "eval_strategy": "no",
         "seed": train.seed,
         "data_seed": train.seed,
