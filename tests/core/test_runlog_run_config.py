@@ -72,7 +72,7 @@ def test_cli_takes_run_config(project, capsys):
 
 @pytest.mark.parametrize(("write", "expected"), [
     (None, "does not exist"),
-    ("sequence_len: [unclosed\n", "lora.yml:2: --run-config is not valid YAML"),
+    ("sequence_len: [unclosed\n", "lora.yml:2: not valid YAML"),
     ("learning_rate: 1e-4\nnum_epochs: 3\n", "is neither an axolotl config"),
 ])
 def test_a_missing_or_unusable_config_is_one_line_exit_2(project, capsys, write, expected):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import ConfigError
+from gradian.user_files import load_yaml
 
 ALL_LORA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -320,21 +321,16 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, name, value
 
 
+    except RecursionError:  # a value can be 128 KiB of brackets on a command line
+        raise ConfigError(f"--set {key} has a value nested too deep to read", "pass a plain value") from None
 def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> GradianConfig:
     """The config from an optional YAML file with ``--set`` overrides applied on top."""
-    import yaml
-
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             raise ConfigError(f"config file {path} does not exist", "pass the path of a YAML file to --config")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-            raise ConfigError(f"{where}: not valid YAML", "fix the YAML syntax at that line") from None
+        data = load_yaml(path, "config file", ConfigError, hint="fix the YAML syntax at that line") or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path} is not a mapping of sections", "write it as `grads:`, `evaluation:` ... sections")
     return _overridden(data, overrides)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import signal
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
+from typing import Any
 
 import typer
 
@@ -92,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     # transformers 5 warns about its own deprecated property on every model load; it says nothing to a user.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     try:
-        result = app(args=argv, prog_name="gradian", standalone_mode=False)
+        with _interrupt_as_error():
+            result = app(args=argv, prog_name="gradian", standalone_mode=False)
     except GradianError as error:
         return _fail(error.one_line(), error.exit_code)
     except click_exceptions.UsageError as error:
@@ -100,6 +107,43 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{error.format_message()} (hint: run `{command} --help`)", error.exit_code)
     except click_exceptions.ClickException as error:
         return _fail(error.format_message(), error.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        return _fail("interrupted; finished work is kept and the next run resumes from it", 130)
+    except (typer.Abort, KeyboardInterrupt, _Interrupted):
+        return _fail(INTERRUPTED, 130)
+    except RecursionError as error:  # a reader that missed a depth cap; GRADIAN_DEBUG=1 shows which
+        return _internal_error(error, "input nested too deep (RecursionError)")
+    except MemoryError as error:
+        return _internal_error(error, "out of memory (MemoryError)")
+    except Exception as error:  # the last-resort net: a bug must still end in one line, not a traceback
+        return _internal_error(error, f"{type(error).__name__}: {' '.join(str(error).split())[:300]}")
     return result if isinstance(result, int) else 0
+
+
+INTERRUPTED = "interrupted; finished work is kept and the next run resumes from it"
+
+
+class _Interrupted(BaseException):
+    """Ctrl-C, raised as a type typer does not catch: typer turns KeyboardInterrupt into a silent exit 130."""
+
+
+@contextlib.contextmanager
+def _interrupt_as_error() -> Iterator[None]:
+    """While a command runs, SIGINT raises _Interrupted so main() can say what was kept."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise _Interrupted()
+
+    previous = signal.signal(signal.SIGINT, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _internal_error(error: BaseException, what: str) -> int:
+    """One line for an exception no user-error path caught; GRADIAN_DEBUG=1 re-raises it with its traceback."""
+    if os.environ.get("GRADIAN_DEBUG", "") not in ("", "0"):
+        raise error
+    return _fail(f"internal error: {what} (hint: rerun with GRADIAN_DEBUG=1 and report it)", 2)

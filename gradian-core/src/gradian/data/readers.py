@@ -15,6 +15,7 @@ from typing import Any
 
 from gradian.data.formats import RowFormatError, detect_format, json_type
 from gradian.errors import DatasetError
+from gradian.user_files import DATASET_LIMIT, read_bytes, value_problem
 
 SUPPORTED_HINT = "--dataset takes a .jsonl / .json / .parquet file or a directory written by datasets' save_to_disk"
 DATASETS_MISSING_HINT = "pip install datasets"
@@ -43,11 +44,12 @@ class RawSource:
 def read_source(path: Path | str) -> RawSource:
     """Read every row of a dataset path; raise DatasetError when the path itself cannot be read."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise DatasetError(f"dataset not found: {path}", f"check the path; {SUPPORTED_HINT}")
     if path.is_dir():
         return _read_saved_dir(path)
-    data = path.read_bytes()
+    # A symlink loop, a device (/dev/zero) or a FIFO is refused here, before a single unbounded read.
+    data = read_bytes(path, "dataset", DatasetError, limit=DATASET_LIMIT, hint=SUPPORTED_HINT)
     digest = hashlib.sha256(data).hexdigest()
     suffix = path.suffix.lower()
     if suffix == ".parquet":
@@ -76,11 +78,17 @@ def _jsonl_rows(data: bytes) -> tuple[RawRow, ...]:
         if not text.strip():  # blank lines hold no row; line numbers still count them
             continue
         try:
-            rows.append(RawRow(line_number, value=json.loads(text)))
+            value = json.loads(text)
         except json.JSONDecodeError as exc:
             rows.append(RawRow(line_number, error=RowFormatError(
                 f"invalid JSON: {exc.msg} (column {exc.colno})",
                 "each line of a JSON Lines file is one complete JSON object")))
+            continue
+        except RecursionError:
+            rows.append(RawRow(line_number, error=_unsafe_row("is nested too deep to read")))
+            continue
+        problem = value_problem(value, text)
+        rows.append(RawRow(line_number, error=_unsafe_row(problem)) if problem else RawRow(line_number, value=value))
     return tuple(rows)
 
 
@@ -102,13 +110,15 @@ def _json_document_rows(path: Path, data: bytes) -> tuple[RawRow, ...] | None:
         raise DatasetError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})",
                            "a .json dataset is one JSON array of rows (or {\"data\": [...]}); "
                            "for one row per line use .jsonl") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: the JSON document is nested too deep to read", SUPPORTED_HINT) from None
     start = _skip_whitespace(text, 0)
     if isinstance(document, list):
         return _rows_at(text, _array_items(text, start))
     if isinstance(document, dict) and isinstance(document.get("data"), list):
         return _rows_at(text, _data_items(text, start))
     if isinstance(document, dict) and detect_format(document) is not None:
-        return (RawRow(_line_of(text, start), value=document),)  # a single row on its own
+        return _rows_at(text, [(start, document)])  # a single row on its own
     raise DatasetError(f"{path}: the JSON document is {json_type(document)}, not a list of rows",
                        "a .json dataset is a JSON array of rows, or {\"data\": [...]}; JSON Lines holds one row per line")
 
@@ -156,11 +166,18 @@ def _line_of(text: str, offset: int) -> int:
 
 def _rows_at(text: str, items: list[tuple[int, Any]]) -> tuple[RawRow, ...]:
     rows, line, last = [], 1, 0
+    checked = value_problem([value for _, value in items], text) is not None  # one cheap pass for the common case
     for offset, value in items:  # offsets increase, so count newlines incrementally
         line += text.count("\n", last, offset)
         last = offset
-        rows.append(RawRow(line, value=value))
+        problem = value_problem(value) if checked else None
+        rows.append(RawRow(line, error=_unsafe_row(problem)) if problem else RawRow(line, value=value))
     return tuple(rows)
+
+
+def _unsafe_row(problem: str) -> RowFormatError:
+    """A row that parsed as JSON but cannot be used: a lone surrogate cannot be encoded, a deep one overflows."""
+    return RowFormatError(f"the row {problem}", "fix or drop this row; it did not come from a normal export")
 
 
 def _read_parquet(path: Path) -> tuple[RawRow, ...]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from gradian.errors import RunDirError
 from gradian.records import MetricPoint, RunArtifact, RunConfig
+from gradian.user_files import load_json, read_bytes, value_problem
 
 _CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 _INT_FIELDS = {"warmup_steps", "max_steps", "per_device_batch_size", "gradient_accumulation_steps", "world_size",
@@ -134,31 +135,27 @@ class ArtifactBuilder:
 
 
 def read_json_file(path: Path, what: str) -> Any:
-    """Parse a JSON file; a truncated or invalid one is a RunDirError naming file:line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise RunDirError(f"{path}: not UTF-8 text (byte {error.start})", f"{what} should be a JSON text file") from None
-    except OSError as error:
-        raise RunDirError(f"{path}: cannot be read ({error.strerror})", f"check the permissions of {what}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise RunDirError(
-            f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno})",
-            f"{what} is truncated or was edited by hand; restore it from the latest checkpoint-N/ copy",
-        ) from None
+    """Parse a JSON file; a truncated, invalid, too deep or non-regular one is a RunDirError naming file:line."""
+    return load_json(path, what, RunDirError,
+                     hint=f"{what} is truncated or was edited by hand; restore it from the latest checkpoint-N/ copy")
 
 
 def jsonl_lines(path: Path, hint: str) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) of each non-blank line of a JSON Lines log; a broken line is a RunDirError."""
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+    text = read_bytes(path, "log", RunDirError).decode("utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line)
+            value = json.loads(line)
         except json.JSONDecodeError as error:
             raise RunDirError(f"{path}:{number}: not valid JSON ({error.msg})", hint) from None
+        except RecursionError:
+            raise RunDirError(f"{path}:{number}: the line is nested too deep to read", hint) from None
+        problem = value_problem(value, line)
+        if problem:
+            raise RunDirError(f"{path}:{number}: the line {problem}", hint)
+        yield number, value
 
 
 def metric_point(entry: Mapping[str, Any], step: int, line: int | None, aliases: Mapping[str, str] = {}) -> MetricPoint:

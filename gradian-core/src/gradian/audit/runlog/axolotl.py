@@ -12,6 +12,7 @@ from gradian.audit.runlog.artifact_builder import ArtifactBuilder, as_bool, as_f
 from gradian.audit.runlog.hf_trainer import README, fill_from_hf_files
 from gradian.errors import RunDirError
 from gradian.records import RunArtifact, RunLogReaderSpec
+from gradian.user_files import parse_yaml, read_bytes
 
 # Keys only an axolotl config has; two of them (with base_model) make a YAML an axolotl config.
 AXOLOTL_KEYS = frozenset({
@@ -28,24 +29,31 @@ def looks_like_axolotl(data: Any) -> bool:
 
 
 def _load_yaml(text: str) -> Any:
-    import yaml
-
+    """Parsed YAML, or None when the text is not plain YAML (invalid, tagged or nested too deep)."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse_yaml(text, Path("config"), "config", RunDirError)
+    except RunDirError:
         return None
+
+
+def _read(path: Path) -> str:
+    """The file's text (undecodable bytes replaced); empty when it is too big to be a config or a README."""
+    try:
+        return read_bytes(path, "config", RunDirError).decode("utf-8", errors="replace")
+    except RunDirError:
+        return ""
 
 
 def find_config(run_dir: Path) -> tuple[Mapping[str, Any], Path, int] | None:
     """The axolotl config and where it is (file, first line): a YAML file in the dir, else the README block."""
     for path in sorted(run_dir.glob("*.y*ml")):
         if path.is_file() and path.suffix in (".yml", ".yaml"):
-            data = _load_yaml(path.read_text(encoding="utf-8", errors="replace"))
+            data = _load_yaml(_read(path))
             if looks_like_axolotl(data):
                 return data, path, 1
     readme = run_dir / README
     if readme.is_file():
-        text = readme.read_text(encoding="utf-8", errors="replace")
+        text = _read(readme)
         for match in _YAML_BLOCK.finditer(text):
             data = _load_yaml(match.group(1))
             if looks_like_axolotl(data):

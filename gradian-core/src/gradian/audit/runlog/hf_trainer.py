@@ -21,6 +21,7 @@ from gradian.audit.runlog.artifact_builder import (
 )
 from gradian.errors import RunDirError
 from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
+from gradian.user_files import load_yaml
 
 TRAINER_STATE = "trainer_state.json"
 TRAINING_ARGS = "training_args.bin"
@@ -154,15 +155,17 @@ def read_training_args(path: Path) -> tuple[dict[str, Any], str]:
 
     try:
         obj = load_restricted(path)
+        is_args = isinstance(obj, PickledObject) and "learning_rate" in obj and "output_dir" in obj
+        plain = to_plain(obj) if is_args else None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-            UnicodeDecodeError, OSError, MemoryError) as error:
+            UnicodeDecodeError, OSError, MemoryError, RecursionError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise RunDirError(f"{path}: not a readable pickle ({reason})",
                           "training_args.bin is truncated or not written by transformers; delete it or restore it") from None
-    if not isinstance(obj, PickledObject) or "learning_rate" not in obj or "output_dir" not in obj:
+    if plain is None:
         raise RunDirError(f"{path}: holds a {class_name(obj)}, not a TrainingArguments",
                           "training_args.bin must be the file transformers.Trainer saves; move the other file away")
-    return to_plain(obj), class_name(obj)
+    return plain, class_name(obj)
 
 
 def framework_of(class_qualname: str, args: Mapping[str, Any]) -> str:
@@ -294,13 +297,7 @@ def apply_gradian_train(builder: ArtifactBuilder) -> None:
     path = builder.path / GRADIAN_TRAIN_CONFIG
     if not path.is_file():
         return
-    import yaml
-
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        raise RunDirError(f"{path}:{mark.line + 1 if mark else 1}: not valid YAML", "restore the file gradian train wrote") from None
+    config = load_yaml(path, "gradian train config", RunDirError, hint="restore the file gradian train wrote")
     train = config.get("train") if isinstance(config, Mapping) else None
     if not isinstance(train, Mapping):
         return

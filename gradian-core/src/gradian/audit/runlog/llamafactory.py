@@ -4,7 +4,6 @@ the Hugging Face Trainer files it writes underneath."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,9 @@ from gradian.audit.runlog.artifact_builder import (
     metric_point,
 )
 from gradian.audit.runlog.hf_trainer import config_from_hf_args, fill_from_hf_files
+from gradian.errors import RunDirError
 from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
+from gradian.user_files import parse_json, parse_yaml, read_bytes
 
 TRAINER_LOG = "trainer_log.jsonl"
 # Keys only a LLaMA-Factory config has; two of them make a YAML/JSON file its config.
@@ -38,17 +39,13 @@ def sniff(path: Path) -> float:
 
 
 def _load(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if path.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return None
-    import yaml
-
+    """The parsed candidate config, or None when it is not one (unreadable, a FIFO, too big or deep, invalid)."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        text = read_bytes(path, "config", RunDirError).decode("utf-8", errors="replace")
+        if path.suffix == ".json":
+            return parse_json(text, path, "config", RunDirError)
+        return parse_yaml(text, path, "config", RunDirError)
+    except RunDirError:
         return None
 
 

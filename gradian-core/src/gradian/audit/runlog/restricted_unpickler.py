@@ -16,8 +16,21 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from gradian.errors import RunDirError
+from gradian.user_files import read_bytes
+
+# training_args.bin is a few KiB; a pickle past this is not one, and reading it whole would only cost memory.
+PICKLE_LIMIT = 64 * 1024**2
+# A TrainingArguments is ~150 fields, a few levels deep; these caps are far above any real one.
+MAX_NODES = 100_000
+MAX_DEPTH = 50
+
 # torch's legacy (pre-1.6, non-zip) format starts with this magic number, then protocol and sys info.
 TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+class PickleTooComplexError(pickle.UnpicklingError):
+    """A pickle whose objects refer to themselves, nest too deep or expand past the node cap."""
 
 
 class PickledObject(dict):
@@ -100,31 +113,63 @@ def loads_restricted(data: bytes) -> Any:
 def load_restricted(path: Path) -> Any:
     """Read a pickle file, or the ``data.pkl`` inside torch.save's zip archive, without executing it."""
     path = Path(path)
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
+    data = read_bytes(path, "pickle", RunDirError, limit=PICKLE_LIMIT)  # a regular file of bounded size
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
             names = [n for n in archive.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
             if not names:
                 raise pickle.UnpicklingError("zip archive without a data.pkl (not written by torch.save)")
+            if archive.getinfo(names[0]).file_size > PICKLE_LIMIT:  # a zip bomb inflates past any real one
+                raise PickleTooComplexError(f"data.pkl inflates to over {PICKLE_LIMIT // 1024**2} MiB")
             return loads_restricted(archive.read(names[0]))
-    return loads_restricted(path.read_bytes())
+    return loads_restricted(data)
 
 
-def to_plain(obj: Any) -> Any:
-    """Turn stubs into plain Python data: enum-like ``Cls('value')`` into its value, objects into dicts."""
-    if isinstance(obj, PickledObject):
-        if not len(obj) and len(obj.args) == 1 and not isinstance(obj.args[0], PickledObject):
-            return to_plain(obj.args[0])  # enum members and similar single-value wrappers
-        plain = {str(k): to_plain(v) for k, v in obj.items()}
-        return plain
-    if isinstance(obj, dict):
-        return {str(k) if not isinstance(k, (int, float, str)) else k: to_plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
-    if isinstance(obj, (set, frozenset)):
-        return sorted((to_plain(v) for v in obj), key=repr)
-    if isinstance(obj, bytes):
-        return obj.decode("latin-1")
-    return obj
+def to_plain(obj: Any, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> Any:
+    """Turn stubs into plain Python data: enum-like ``Cls('value')`` into its value, objects into dicts.
+
+    A pickle's memo lets 430 bytes describe a structure that refers to itself or expands to 2**40 objects,
+    so the walk tracks the ids on its path and counts every object it expands; past either cap it raises
+    PickleTooComplexError instead of looping, recursing without end or filling memory.
+    """
+    return _Plainer(max_nodes, max_depth).plain(obj, 0)
+
+
+class _Plainer:
+    """One to_plain walk: the ids on the current path (cycles) and the objects left to expand (size)."""
+
+    def __init__(self, max_nodes: int, max_depth: int) -> None:
+        self.left = max_nodes
+        self.max_nodes = max_nodes
+        self.max_depth = max_depth
+        self.on_path: set[int] = set()
+
+    def plain(self, obj: Any, depth: int) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise PickleTooComplexError(f"expands to more than {self.max_nodes:,} objects")
+        if not isinstance(obj, (dict, list, tuple, set, frozenset)):  # PickledObject is a dict
+            return obj.decode("latin-1") if isinstance(obj, bytes) else obj
+        if depth >= self.max_depth:
+            raise PickleTooComplexError(f"is nested more than {self.max_depth} levels deep")
+        if id(obj) in self.on_path:
+            raise PickleTooComplexError("holds an object that contains itself")
+        self.on_path.add(id(obj))
+        try:
+            return self._container(obj, depth + 1)
+        finally:
+            self.on_path.discard(id(obj))
+
+    def _container(self, obj: Any, depth: int) -> Any:
+        if isinstance(obj, PickledObject):
+            if not len(obj) and len(obj.args) == 1 and not isinstance(obj.args[0], PickledObject):
+                return self.plain(obj.args[0], depth)  # enum members and similar single-value wrappers
+            return {str(k): self.plain(v, depth) for k, v in obj.items()}
+        if isinstance(obj, dict):
+            return {str(k) if not isinstance(k, (int, float, str)) else k: self.plain(v, depth) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self.plain(v, depth) for v in obj]
+        return sorted((self.plain(v, depth) for v in obj), key=repr)
 
 
 def class_name(obj: Any) -> str:

@@ -7,7 +7,6 @@ only the Trainer files into ``output_dir``; without that YAML, ``sample_packing`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from gradian.errors import RunDirError
 from gradian.records import RunArtifact
+from gradian.user_files import parse_json, parse_yaml, read_text
 
 _NAMED = {"axolotl": "an axolotl", "llamafactory": "a LLaMA-Factory"}
 _HINT = "pass the axolotl YAML or LLaMA-Factory training_args.yaml the run was trained with to --run-config"
@@ -30,34 +30,15 @@ class RunConfigFile:
 
 
 def _text(path: Path) -> str:
-    """The file's text; RunDirError when it is missing, a directory, unreadable or not UTF-8."""
-    if not path.exists():
-        raise RunDirError(f"--run-config {path} does not exist", _HINT)
-    if path.is_dir():
-        raise RunDirError(f"--run-config {path} is a directory, not a config file", _HINT)
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise RunDirError(f"--run-config {path} is not UTF-8 text", _HINT) from None
-    except OSError as error:
-        raise RunDirError(f"--run-config {path} cannot be read ({error.strerror or type(error).__name__})",
-                          "check the file's permissions") from None
+    """The file's text; RunDirError when it is missing, a directory, not a regular file, unreadable or not UTF-8."""
+    return read_text(path, "--run-config", RunDirError, hint=_HINT)
 
 
 def _parse(path: Path, text: str) -> Any:
     """YAML (JSON for a .json file, as LLaMA-Factory also accepts); RunDirError naming file:line when broken."""
     if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise RunDirError(f"{path}:{error.lineno}: --run-config is not valid JSON ({error.msg})", _HINT) from None
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        raise RunDirError(f"{path}:{mark.line + 1 if mark else 1}: --run-config is not valid YAML", _HINT) from None
+        return parse_json(text, path, "--run-config", RunDirError, hint=_HINT)
+    return parse_yaml(text, path, "--run-config", RunDirError, hint=_HINT)
 
 
 def _reader_of(data: Any) -> str | None:
