@@ -162,7 +162,7 @@ def test_an_unwritable_out_dir_is_one_line_and_nothing_half_written(capsys, tmp_
     blocker = tmp_path / "a-file"
     blocker.write_text("a file where a directory should be")
     code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, blocker / "index"))
-    assert_error(code, err, "could not write", "--out")
+    assert_error(code, err, "which is a file", "--out")  # refused before the model loads
     assert blocker.read_text().startswith("a file")
 
 

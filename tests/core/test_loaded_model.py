@@ -119,7 +119,7 @@ def test_broken_adapter_directories_give_one_line_errors(tiny_base_dir, tiny_ada
         "missing": "does not exist",
         "file": "is a file, not an adapter directory",
         "no-config": "adapter_config.json is missing",
-        "bad-json": "is not valid JSON",
+        "bad-json": "not valid JSON",
         "no-weights": "no LoRA weights",
         "no-lora-tensors": "no LoRA weights",
         "corrupt-safetensors": "not a readable safetensors file",

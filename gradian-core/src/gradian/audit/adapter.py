@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import ModelError
+from gradian.user_files import load_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 SAFETENSORS = "adapter_model.safetensors"
@@ -96,7 +97,7 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], int]:
         raw = handle.read(length)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise ModelError(f"{path}: corrupt safetensors header ({type(error).__name__})", hint) from None
     if not isinstance(header, dict):
         raise ModelError(f"{path}: corrupt safetensors header (not a JSON object)", hint)
@@ -119,16 +120,15 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], int]:
 def read_adapter(path: Path) -> AdapterInfo:
     """Read an adapter dir's config and weight headers; missing or corrupt files are ModelErrors."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ModelError(f"--adapter {path} is a file, not an adapter directory",
+                         "pass the directory peft's save_pretrained() wrote to --adapter")
     if not path.is_dir():
         raise ModelError(f"adapter directory {path} does not exist", "pass the directory peft's save_pretrained() wrote to --adapter")
     config_path = path / ADAPTER_CONFIG
-    if not config_path.is_file():
+    if not config_path.exists() and not config_path.is_symlink():
         raise ModelError(f"{path} has no {ADAPTER_CONFIG}", "--adapter takes a PEFT adapter directory")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        line = getattr(error, "lineno", 1)
-        raise ModelError(f"{config_path}:{line}: not valid JSON", "restore adapter_config.json from a checkpoint") from None
+    config = load_json(config_path, ADAPTER_CONFIG, ModelError, hint="restore adapter_config.json from a checkpoint")
     if not isinstance(config, dict):
         raise ModelError(f"{config_path}:1: not a JSON object", "adapter_config.json is the object peft writes")
     weights = path / SAFETENSORS

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from gradian.config import GradianConfig
+from gradian.errors import ConfigError, RunDirError
+from gradian.user_files import load_yaml
 
 
 def layered_config(base: Mapping[str, Any] | None = None, *, train_section: Mapping[str, Any] | None = None,
                    config_path: Path | None = None, overrides: Sequence[str] = ()) -> GradianConfig:
     """``base`` sections, then ``train_section`` as the train section, then the YAML file's keys, then ``--set``."""
-    import yaml
-
     from gradian.config import build_config, load_config, parse_override
 
     data: dict[str, Any] = {name: dict(values) for name, values in copy.deepcopy(dict(base or {})).items()
@@ -23,7 +23,7 @@ def layered_config(base: Mapping[str, Any] | None = None, *, train_section: Mapp
         data["train"] = dict(train_section)
     if config_path is not None:
         load_config(config_path)  # its own one-line errors: missing file, bad YAML, unknown key, bad value
-        document = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+        document = load_yaml(Path(config_path), "config file", ConfigError) or {}
         for name, values in document.items():
             data.setdefault(name, {}).update(values or {})
     for text in overrides:  # an unknown section or key is build_config's error, naming it
@@ -34,8 +34,6 @@ def layered_config(base: Mapping[str, Any] | None = None, *, train_section: Mapp
 
 def run_train_section(run_dir: Path | None) -> tuple[dict[str, Any] | None, Path | None]:
     """The train section `gradian train` recorded in a run dir (gradian-train.yaml), and its path; else (None, None)."""
-    import yaml
-
     from gradian.training.output import CONFIG_FILE
 
     if run_dir is None:
@@ -44,8 +42,8 @@ def run_train_section(run_dir: Path | None) -> tuple[dict[str, Any] | None, Path
     if not path.is_file():
         return None, None
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        document = load_yaml(path, "gradian train config", RunDirError)
+    except RunDirError:
         return None, None  # not ours to repair: the report's config stands
     section = document.get("train") if isinstance(document, dict) else None
     return (dict(section), path) if isinstance(section, dict) else (None, None)

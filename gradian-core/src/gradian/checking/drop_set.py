@@ -8,7 +8,6 @@ report's gradient index (cluster names are only meaningful for that index).
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import DatasetError, GradianError
+from gradian.user_files import load_json
 
 REPORT_JSON = "report.json"
 REPORT_SCHEMA_PREFIX = "gradian.report/"
+READABLE_SCHEMAS = ("gradian.report/1",)
 # Flags of `gradian attribute` whose values verify can take as defaults.
 COMMAND_FLAGS = ("--base-model", "--adapter", "--dataset", "--eval-dataset", "--run", "--index")
 
@@ -89,14 +90,15 @@ def read_report(directory: Path | str) -> ReportInputs:
     if not path.is_file():
         raise VerifyInputError(f"{directory} is not an attribution report (no {REPORT_JSON})",
                                "pass the --out directory of a gradian attribute run")
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise VerifyInputError(f"{path} cannot be read as JSON: {error}", "rerun gradian attribute") from None
+    report = load_json(path, REPORT_JSON, VerifyInputError, hint="rerun gradian attribute")
     if not isinstance(report, dict) or not str(report.get("schema", "")).startswith(REPORT_SCHEMA_PREFIX):
         raise VerifyInputError(f"{path} is not a gradian attribution report (schema {report.get('schema')!r})"
                                if isinstance(report, dict) else f"{path} is not a JSON object",
                                "pass the --out directory of a gradian attribute run")
+    if report.get("schema") not in READABLE_SCHEMAS:  # a newer gradian's report: its fields may mean other things
+        raise VerifyInputError(f"{path} has schema {report.get('schema')!r}; this gradian reads "
+                               f"{', '.join(READABLE_SCHEMAS)}",
+                               "verify it with the gradian version that wrote it, or rerun gradian attribute")
     provenance = report.get("provenance") or {}
     manifest = provenance.get("manifest") or {}
     return ReportInputs(directory=directory, report=report, flags=command_flags(provenance.get("command") or ""),

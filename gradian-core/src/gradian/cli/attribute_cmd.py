@@ -65,6 +65,9 @@ def attribute(
         raise ConfigError("gradian attribute needs --dataset", "pass the exact training data, in the same order")
     if out is None:
         raise ConfigError("gradian attribute needs --out", "pass a directory for report.md and report.json")
+    from gradian.output_location import check_output_dir
+
+    check_output_dir(out, "--out")  # before the model loads: a bad --out must not cost the whole run
     base_model = base_model_for(base_model, adapter, "attribute")  # default: the base the adapter names
     cfg = load_cli_config(config, set_)
     with stage_bars() as bars:

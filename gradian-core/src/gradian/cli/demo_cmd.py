@@ -38,6 +38,12 @@ def demo(
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(SCENARIOS)}")
     config = with_overrides(demo_config(make_scenario(scenario, seed)), overrides or [])  # a bad key: before any work
+    from gradian.model.base import resolve_base_model
+    from gradian.output_location import check_output_dir
+
+    if workdir is not None:
+        check_output_dir(workdir, "--workdir")
+    resolve_base_model(base_model)  # a base model that is not there: before the scenario is written
     with stage_bars() as bars:
         result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
                           config=config, progress=bars, echo=typer.echo, device=placement.device,

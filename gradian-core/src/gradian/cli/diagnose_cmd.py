@@ -65,6 +65,12 @@ def diagnose(
     if fail_on not in FAIL_ON:
         raise ConfigError(f"--fail-on {fail_on!r} is unknown", f"use one of: {', '.join(FAIL_ON)}")
     cfg = load_cli_config(config, set_)
+    if plots is not None:  # before any check runs: a bad --plots must not come after the findings
+        from gradian.output_location import check_output_dir
+
+        if run is None:
+            raise ConfigError("--plots needs --run (the curves come from the run's logs)", "add --run DIR")
+        check_output_dir(plots, "--plots")
     report = run_diagnose(dataset=dataset, run=run, run_format=run_format, run_config=run_config, adapter=adapter,
                           base_model=base_model, eval_dataset=eval_dataset, config=cfg, select=tuple(select or ()), ignore=tuple(ignore or ()),
                           trust_remote_code=trust_remote_code, plugins=plugins)

@@ -34,6 +34,7 @@ def index(
     trust_remote_code: TrustRemoteCodeFlag = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an index of another dataset or adapter at --out.")] = False,
 ) -> None:
     """Capture per-example LoRA gradients of the training set into an index directory (reused when identical)."""
     from gradian.cli.options import load_cli_config
@@ -41,7 +42,7 @@ def index(
 
     cfg = load_cli_config(config, set_)
     index_built = build_from_cli(base_model, adapter, dataset, out, cfg, allow_pickle=allow_pickle,
-                                 trust_remote_code=trust_remote_code, device=device, dtype=dtype)
+                                 trust_remote_code=trust_remote_code, device=device, dtype=dtype, overwrite=overwrite)
     if is_main_process():
         typer.echo(summary_line(index_built))
         typer.echo(f"  {index_built.path}")
@@ -51,7 +52,7 @@ def index(
 
 def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path | None, out: Path | None, cfg: Any, *,
                    allow_pickle: bool = False, trust_remote_code: bool = False, device: str = "auto",
-                   dtype: str = "auto") -> Any:
+                   dtype: str = "auto", overwrite: bool = False) -> Any:
     """Check the inputs, load dataset and model, and build the index with a progress bar (rank 0 only)."""
     from gradian.cli.progress import one_bar
     from gradian.errors import ConfigError
@@ -68,8 +69,16 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
         raise ConfigError("gradian index needs --dataset", "pass the exact training data, in the same order")
     base_model = base_model_for(base_model, adapter, "index")
     from gradian.data import load_dataset
+    from gradian.errors import GradientIndexError
+    from gradian.index.directory import check_out_dir, refuse_other_inputs
+    from gradian.output_location import check_output_dir
 
+    if out is not None:  # before the model loads: a bad --out must not cost the whole build
+        check_output_dir(out, "--out", error=GradientIndexError, beside=True)
+        check_out_dir(Path(out).expanduser().absolute())
     examples = load_dataset(dataset)
+    if out is not None and not overwrite:
+        refuse_other_inputs(Path(out).expanduser().absolute(), getattr(examples, "sha256", None), adapter)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one progress bar on stderr: ours

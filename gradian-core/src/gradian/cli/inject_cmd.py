@@ -55,6 +55,10 @@ def inject(
 
     resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read
     resolve_backend(backend)
+    if out is not None:  # before anything loads: a bad --out must not come after training
+        from gradian.output_location import check_output_dir
+
+        check_output_dir(out, "--out")
     plan = plan_inject(base_model=base_model, dataset=dataset, poison=poison, eval_dataset=eval_dataset, out=out,
                        config_path=config, overrides=set_ or (), k=k, label=label, backend=backend,
                        trust_remote_code=trust_remote_code, device=device, dtype=dtype)

@@ -38,6 +38,10 @@ def train(
     placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing
     cfg = load_cli_config(config, set_)
     resolve_backend(backend)  # unknown, missing or unavailable backends fail before any loading
+    if out is not None:
+        from gradian.output_location import check_output_dir
+
+        check_output_dir(out, "--out")
     job = make_job(base_model, dataset, out, cfg, trust_remote_code=trust_remote_code, device=placement.device,
                    dtype=placement.dtype)
     result = run_training(job, backend, overwrite=overwrite)

@@ -57,6 +57,10 @@ def verify(
 
     resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read
     resolve_backend(backend)  # an unknown or missing backend fails before anything is read or trained
+    if out is not None:  # before anything loads: a bad --out must not come after training
+        from gradian.output_location import check_output_dir
+
+        check_output_dir(out, "--out")
     plan = plan_verify(out=out, report_dir=report, drop_file=drop, cluster=cluster, base_model=base_model,
                        adapter=adapter, dataset=dataset, eval_dataset=eval_dataset, config_path=config,
                        overrides=set_ or (), controls=controls, backend=backend, retrain_full=retrain_full,

@@ -71,13 +71,32 @@ def check_out_dir(out_dir: Path) -> None:
     try:
         data = json.loads((out_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
         version = data.get("format_version") if isinstance(data, dict) else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return  # a damaged index of ours: replaced
     if version != FORMAT_VERSION:
         raise GradientIndexError(
             f"--out {out_dir} holds an index of format version {version}; this gradian writes version {FORMAT_VERSION}",
             "delete that directory or pass another --out",
         )
+
+
+def refuse_other_inputs(out_dir: Path, dataset_sha256: str | None, adapter: Path | None) -> None:
+    """Refuse an --out that holds an index of another dataset or adapter: rebuilding would delete it silently."""
+    if not (out_dir / MANIFEST_NAME).is_file():
+        return
+    try:
+        sources = read_manifest(out_dir).sources
+    except GradientIndexError:
+        return  # a damaged index of ours: check_out_dir and the build replace it
+    other = []
+    if dataset_sha256 and sources.get("dataset_file_sha256") not in (None, dataset_sha256):
+        other.append(f"dataset (it was built from {sources.get('dataset') or '?'})")
+    was = sources.get("adapter")
+    if adapter is not None and was and Path(was).resolve() != Path(adapter).expanduser().resolve():
+        other.append(f"adapter (it was built from {was})")
+    if other:
+        raise GradientIndexError(f"--out {out_dir} holds an index of another {' and '.join(other)}",
+                                 "pass another --out, or --overwrite to replace that index")
 
 
 def prepare_partial(plan: BuildPlan) -> None:
@@ -121,7 +140,7 @@ def finished_shard(plan: BuildPlan, number: int, *, verify: bool = True) -> Shar
     rows = plan.shard_rows(number)
     try:
         info = ShardInfo.from_dict(json.loads(record.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     if (info.file, info.stats_file, info.start, info.rows) != (data_name, stats_name, rows.start, len(rows)):
         return None

@@ -20,6 +20,7 @@ from typing import Any
 
 from gradian.errors import GradientIndexError
 from gradian.index.stats import StatBlock
+from gradian.user_files import load_json
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -168,10 +169,7 @@ def read_manifest(directory: Path) -> Manifest:
     if not path.is_file():
         raise GradientIndexError(f"{directory} is not a gradient index (no {MANIFEST_NAME})",
                                  "build one with gradian index, or pass the directory it wrote")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise GradientIndexError(f"{path} cannot be read: {error}", "rebuild the index with gradian index") from None
+    data = load_json(path, MANIFEST_NAME, GradientIndexError, hint="rebuild the index with gradian index")
     if not isinstance(data, dict):
         raise GradientIndexError(f"{path} is not a JSON object", "rebuild the index with gradian index")
     return Manifest.from_dict(data, where=str(path))

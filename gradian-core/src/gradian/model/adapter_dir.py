@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import ModelError
+from gradian.user_files import load_json
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,9 @@ def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False) -> A
     if not directory.is_dir():
         raise ModelError(f"--adapter {directory} is a file, not an adapter directory", ADAPTER_HINT)
     config_path = directory / ADAPTER_CONFIG
-    if not config_path.is_file():
+    if not config_path.exists() and not config_path.is_symlink():
         raise ModelError(f"{directory} is not a PEFT adapter directory: {ADAPTER_CONFIG} is missing", ADAPTER_HINT)
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{config_path} is not valid JSON: {exc}", "re-save the adapter with peft's save_pretrained") from exc
+    config = load_json(config_path, ADAPTER_CONFIG, ModelError, hint="re-save the adapter with peft's save_pretrained")
     if not isinstance(config, dict):
         raise ModelError(f"{config_path} is not a JSON object", "re-save the adapter with peft's save_pretrained")
     peft_type = str(config.get("peft_type", "")).upper()
