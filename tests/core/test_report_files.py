@@ -158,6 +158,22 @@ def test_every_significant_cluster_is_accused_in_the_report_the_most_blamed_per_
     assert report["clusters"]["accused_all"] == ["narrow", "broad"] and set(accused_names(report)) == {"narrow", "broad"}
 
 
+def test_a_report_that_accuses_nothing_says_the_regression_may_have_no_data_cause():
+    from gradian.attribution import ClusterAssignment
+
+    report, scores, _ = _attributed()
+    n = len(scores.ids)
+    noise = np.random.default_rng(3).normal(size=n)
+    clusters = cluster_blame(noise, ClusterAssignment(("a", "b"), np.arange(n) % 2, "field", "source"),
+                             permutations=200)
+    assert clusters.accused is None
+    report = attribution_report(scores=scores, capability=_capability([1.0] * 12, [0.0] * 9 + [1.0] * 3),
+                                preconditioner=diagonal_preconditioner(np.ones(4)), texts={},
+                                provenance=_provenance(STAMP), clusters=clusters)
+    assert report["verdict"]["headline"] == "Attributed: no cluster stands out; read the top examples."
+    assert "it may have no data cause" in report["verdict"]["summary"] and report["verdict"]["accused_clusters"] == []
+
+
 def test_two_runs_write_byte_identical_files_and_only_the_timestamp_differs(tmp_path):
     first, scores, clusters = _attributed()
     files = write_report(first, tmp_path / "a", scores=scores, clusters=clusters)

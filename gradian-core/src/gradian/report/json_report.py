@@ -290,7 +290,9 @@ def _cluster_sentence(clusters: ClusterResult | None) -> str:
         return sentence
     top = clusters.scores[0]
     return (f"No cluster stands out: the strongest, `{top.name}` ({top.size} examples, z {top.z:.3g}), has "
-            f"family-wise p = {top.p_adjusted:.3g} over {len(clusters.scores)} clusters, not below {clusters.alpha:g}.")
+            f"family-wise p = {top.p_adjusted:.3g} over {len(clusters.scores)} clusters, not below {clusters.alpha:g}. "
+            "No group of training data explains the regression: it may have no data cause (an aggressive learning "
+            "rate or too many steps regress a model on clean data; `gradian diagnose` checks the run's settings).")
 
 
 def _examples_sentence(top: list[dict]) -> str:
