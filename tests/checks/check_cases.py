@@ -143,6 +143,9 @@ FIRE: dict[str, tuple[Any, str]] = {
     "max_length_mismatch": (lambda env: healthy_plain(env, config={"max_length": 512}), "warning"),
     "adapter_base_mismatch": (lambda env: {"adapter": _relabelled_adapter(env, "meta-llama/Llama-3.1-8B"),
                                            "base_model": str(env.tiny_base_dir)}, "warning"),
+    "template_mismatch": (lambda env: _saved_template_run(env), "warning"),
+    "loss_mask_mismatch": (lambda env: {**healthy_plain(env, config={"loss_mask": "all"}),
+                                        "set": ["grads.loss_mask=assistant"]}, "warning"),
     # dynamics
     "nan_or_inf": (lambda env: healthy_plain(env, points=env.points_with(loss={50: float("nan")}, grad_norm={51: float("inf")})), "error"),
     "loss_collapse_zero": (lambda env: healthy_plain(env, points=env.points_with(loss={90: 0.0, 91: 0.0, 92: 0.0})), "error"),
@@ -170,6 +173,10 @@ FIRE_VARIANTS: dict[str, tuple[Any, str]] = {
     "train_eval_overlap/near": (lambda env: {"dataset": env.data(healthy_rows() + [chat("Tell me about the capitals.", LONG_ANSWER)]),
                                              "eval_dataset": env.data([chat("Tell me about the capitals!", NEAR_COPY)], "eval.jsonl")}, "error"),
     "loss_on_prompt/train_on_inputs": (lambda env: healthy_plain(env, config={"loss_mask": None, "train_on_inputs": True}), "warning"),
+    "template_mismatch/named": (lambda env: {"dataset": env.real.healthy_dataset, "run": _llamafactory_run(env, "llama3"),
+                                             **_tok(env)}, "warning"),
+    "loss_mask_mismatch/followed": (lambda env: healthy_plain(env, config={"loss_mask": None, "completion_only_loss": None},
+                                                              framework="trl"), "info"),
     "lr_schedule_mismatch/zero": (lambda env: healthy_plain(env, points=env.points_with(learning_rate={s: 0.0 for s in range(1, 101)})), "warning"),
     "memorization/accuracy": (lambda env: healthy_plain(env, points=env.points_with(mean_token_accuracy={100: 0.995})), "warning"),
     "run_incomplete/steps": (lambda env: healthy_plain(env, points=healthy_points()[:70], status=None, global_step=60), "warning"),
@@ -189,6 +196,8 @@ QUIET: dict[str, Any] = {
     "too_many_epochs": lambda env: healthy_plain(env, config={"max_steps": None, "num_train_epochs": 3}),
     "warmup_dominates": lambda env: healthy_plain(env, config={"warmup_steps": 29}),
     "loss_on_prompt": lambda env: healthy_plain(env, config={"loss_mask": None, "assistant_only_loss": True}, framework="trl"),
+    "template_mismatch": lambda env: {"dataset": env.real.healthy_dataset, "run": _llamafactory_run(env, "qwen"), **_tok(env)},
+    "loss_mask_mismatch": lambda env: {**healthy_plain(env), "set": ["grads.loss_mask=assistant"]},
     "packing_contamination": lambda env: healthy_plain(env, config={"packing": True, "packing_strategy": "bfd"}),
     "large_effective_batch": lambda env: healthy_plain(env, config={"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4}),
     # Every 4th batch long (group_by_length): a regular swing above 2x the median is oscillation, not spikes.
@@ -220,6 +229,30 @@ def _staircase_points() -> list[dict[str, Any]]:
         points.append({"step": step, "epoch": round(epoch, 4), "loss": level + 0.02 * math.sin(step),
                        "grad_norm": 0.8, "learning_rate": 2e-4 * (1 - step / 100)})
     return points
+
+
+def _saved_template_run(env: CaseEnv) -> dict[str, Any]:
+    """A healthy plain run whose latest checkpoint saved a Llama-3 chat template (the tokenizer given is ChatML)."""
+    from tests.support.tiny import LLAMA3_TEMPLATE
+
+    run = env.plain_run()
+    (run / "checkpoint-100").mkdir()
+    (run / "checkpoint-100" / "chat_template.jinja").write_text(LLAMA3_TEMPLATE, encoding="utf-8")
+    return {"dataset": env.real.healthy_dataset, "run": run, **_tok(env)}
+
+
+def _llamafactory_run(env: CaseEnv, template: str) -> Path:
+    """A LLaMA-Factory output dir (training_args.yaml + trainer_log.jsonl) trained with ``template``."""
+    import yaml
+
+    run = env.tmp / f"llamafactory-{template}"
+    run.mkdir()
+    config = {"stage": "sft", "finetuning_type": "lora", "template": template, "cutoff_len": 1024, "lora_rank": 16,
+              "lora_alpha": 32, "learning_rate": 2e-4, "num_train_epochs": 2, "val_size": 0.1}
+    (run / "training_args.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    rows = [{"current_steps": s, "total_steps": 10, "loss": 2.0 - s / 10, "lr": 2e-4, "epoch": s / 5} for s in range(1, 11)]
+    write_jsonl(run / "trainer_log.jsonl", rows)
+    return run
 
 
 def _relabelled_adapter(env: CaseEnv, base_name: str) -> Path:

@@ -10,6 +10,7 @@ CHECK_FAMILIES: tuple[str, ...] = (
     "gradian_checks.data_duplicates:CHECKS",
     "gradian_checks.data_tokens:CHECKS",
     "gradian_checks.config:CHECKS",
+    "gradian_checks.fidelity:CHECKS",
     "gradian_checks.dynamics:CHECKS",
 )
 

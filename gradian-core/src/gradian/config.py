@@ -39,6 +39,9 @@ class GradsConfig:
         "auto", "stored width per example: auto (exact when small, else a sketch near 262,144 numbers whose widths "
         "follow each LoRA matrix's size), null (exact LoRA gradients) or a fixed width", min=1, words=("auto",))
     loss_reduction: str = _opt("sum", "per-example loss over supervised tokens", choices=("mean", "sum"))
+    loss_mask: str = _opt("auto", "tokens the loss covers: auto (what the run that trained the adapter used, else "
+                          "assistant), assistant (assistant turns), completion (all after the prompt) or all",
+                          choices=("auto", "assistant", "completion", "all"))
     shard_size: int = _opt(256, "examples per index shard", min=1)
     codec: str = _opt("npy", "storage codec for index shards")
     seed: int = _opt(0, "seed of the random projection", min=0)

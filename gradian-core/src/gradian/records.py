@@ -122,6 +122,8 @@ class RunConfig:
     finetuning_type: str | None = None  # "lora" | "qlora" | "full"
     framework: str | None = None  # "transformers" | "trl" | "axolotl" | "llamafactory" | "custom"
     group_by_length: bool | None = None
+    chat_template: str | None = None  # the template the trainer names: axolotl chat_template, LLaMA-Factory template
+    dataset_type: str | None = None  # axolotl's datasets[].type (alpaca, chat_template...), the first one given
 
 
 @dataclass(frozen=True)

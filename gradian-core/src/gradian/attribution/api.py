@@ -99,6 +99,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     with stages.stage("load model"):
         loaded = loaded_model if loaded_model is not None else _load_model(
             base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, placement=placement)
+        config = _follow_run(config, loaded, examples, run)
     if index_dir is not None and refuse_other_index:
         check_index_dir_matches(index_dir, loaded, examples, config)
     capability = None
@@ -211,6 +212,7 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
     from gradian.grads.capture import GradientCapture
     from gradian.index.build import encode_pass, make_plan
     from gradian.index.manifest import MANIFEST_NAME, read_manifest
+    from gradian.index.plan import concrete_loss_mask
     from gradian.index.store import get_codec
 
     directory = Path(index_dir).expanduser()
@@ -221,7 +223,8 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
     except GradientIndexError:  # damaged or another format version: build_index replaces or refuses it
         return
     capture = GradientCapture.from_config(loaded, config.grads)
-    _, ids_sha, encoded_sha = encode_pass(examples, loaded.tokenizer, config.grads.max_seq_length)
+    _, ids_sha, encoded_sha = encode_pass(examples, loaded.tokenizer, config.grads.max_seq_length,
+                                          concrete_loss_mask(config.grads))
     plan = make_plan(loaded, capture, config, examples, ids_sha, encoded_sha, directory,
                      get_codec(config.grads.codec), examples)
     if plan.index_id == manifest.index_id:
@@ -234,6 +237,18 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
         "pass the index built for this adapter and dataset, a new or empty --index directory, or leave --index out "
         "to use the cache; gradian attribute never overwrites an index it is pointed at",
     )
+
+
+def _follow_run(config: GradianConfig, loaded: Any, examples: Sequence[Any], run: str | Path | None) -> GradianConfig:
+    """grads.loss_mask ``auto`` made concrete from --run, else from the run the adapter sits in."""
+    from gradian.index.build import follow_training_run
+
+    artifact = None
+    if run is not None and config.grads.loss_mask == "auto":
+        from gradian.audit.runlog import read_run
+
+        artifact = read_run(Path(run))
+    return follow_training_run(config, loaded, examples, artifact)
 
 
 def _load_model(base_model: str, adapter: Any, *, allow_pickle: bool, trust_remote_code: bool, placement: Any) -> Any:

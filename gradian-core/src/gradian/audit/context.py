@@ -62,6 +62,8 @@ class AuditContext:
         self.base_model = base_model
         self.trust_remote_code = trust_remote_code
         self._tokenizer = tokenizer
+        self._base_template: str | None = getattr(tokenizer, "chat_template", None)
+        self.tokenizer_choice: Any = None  # gradian.audit.training_format.TokenizerChoice once the tokenizer loads
         self._memo: dict[str, Any] = {}
 
     # --- what is available ----------------------------------------------------------------------
@@ -90,14 +92,32 @@ class AuditContext:
 
     @property
     def tokenizer(self) -> Any:
-        """The base model's tokenizer (loaded on first use)."""
+        """The tokenizer the run trained with: saved with the adapter or a checkpoint, else the base's (loaded once)."""
         if self._tokenizer is None:
             if self.base_model is None:
                 raise RuntimeError("a check used the tokenizer without declaring the 'tokenizer' need")
             from gradian.audit.tokenizer import load_audit_tokenizer
+            from gradian.audit.training_format import apply_saved_files
+            from gradian.model.base import _load_tokenizer_from
 
-            self._tokenizer = load_audit_tokenizer(self.base_model, trust_remote_code=self.trust_remote_code)
+            base = load_audit_tokenizer(self.base_model, trust_remote_code=self.trust_remote_code)
+            self._base_template = getattr(base, "chat_template", None)
+            self._tokenizer, self.tokenizer_choice = apply_saved_files(
+                base, self.base_model, self.training_dirs(),
+                lambda path: _load_tokenizer_from(Path(path), trust_remote_code=self.trust_remote_code))
         return self._tokenizer
+
+    def base_template(self) -> str | None:
+        """The base model's own chat template (the given tokenizer's when one was passed in); None when it has none."""
+        _ = self.tokenizer
+        return self._base_template
+
+    def training_dirs(self) -> list[Path]:
+        """Where the run saved tokenizer files: the adapter dir, the run dir, its checkpoints (newest first)."""
+        from gradian.audit.training_format import tokenizer_dirs
+
+        adapter = self.adapter.path if self.adapter is not None else (self.run.adapter_dir if self.run else None)
+        return tokenizer_dirs(adapter, self.run.path if self.run is not None else None)
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """Compute a value shared between checks once (keys are namespaced by the caller)."""

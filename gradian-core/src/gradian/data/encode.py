@@ -11,6 +11,8 @@ Rules (one place, so the mask trained on is the mask attributed over):
   after the content, e.g. ``<|im_end|>`` for ChatML, ``<|eot_id|>`` for Llama-3, EOS in the plain format), so the
   model learns to stop. Template text around the content (role headers, the newline after ``<|im_end|>``) is -100.
 - Plain ``text`` rows: every token of the text plus an EOS is supervised (BOS first when the tokenizer adds one).
+- ``loss_mask`` (``gradian.data.loss_mask``) widens the mask to what other trainers train on: ``completion`` is every
+  token after the rendered prompt, ``all`` every token; their one segment is attributed to the last assistant turn.
 - Position 0 is never supervised: no logit predicts it, so every supervised label is one the loss really uses.
 - Longer sequences keep their start (like trl's keep_start); ``truncated`` says something was cut.
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradian.data.examples import Example, Message
+from gradian.data.loss_mask import DEFAULT_LOSS_MASK, LOSS_MASKS
 from gradian.data.rendering import TurnSpan, bos_prefix, locate_turns, make_renderer
 from gradian.errors import ConfigError, ModelError
 
@@ -71,10 +74,15 @@ class Encoded:
         return (hits[0], hits[-1] + 1) if hits else (0, 0)
 
 
-def encode(example: Example, tokenizer: Any, max_seq_length: int) -> Encoded:
-    """Tokenize an example and mask everything but its supervised assistant turns (end-of-turn included)."""
+def encode(example: Example, tokenizer: Any, max_seq_length: int, loss_mask: str = DEFAULT_LOSS_MASK) -> Encoded:
+    """Tokenize an example and mask everything but its supervised assistant turns (end-of-turn included).
+
+    ``loss_mask`` ``completion`` or ``all`` supervises every token after the prompt, or every token, instead.
+    """
     if example.text is not None:
         return _encode_text(example.text, tokenizer, max_seq_length)
+    if loss_mask != DEFAULT_LOSS_MASK:
+        return _encode_wide(example.messages, loss_mask, tokenizer, max_seq_length, example.location)
     supervise = [index for index, message in enumerate(example.messages) if message.supervised]
     return _encode_messages(example.messages, supervise, tokenizer, max_seq_length, example.location)
 
@@ -131,6 +139,26 @@ def _encode_messages(messages: Sequence[Message], supervise: list[int], tokenize
     return _mask(full, spans, tokenizer, max_seq_length)
 
 
+def _encode_wide(messages: Sequence[Message], loss_mask: str, tokenizer: Any, max_seq_length: int,
+                 location: str) -> Encoded:
+    """The ``completion`` / ``all`` masks: one segment from the prompt's end (or the start) to the last token."""
+    if loss_mask not in LOSS_MASKS:
+        raise ConfigError(f"grads.loss_mask {loss_mask!r} is unknown", f"use one of: auto, {', '.join(LOSS_MASKS)}")
+    _check_length(max_seq_length)
+    render = make_renderer(tokenizer, location)
+    full = render(messages, False)
+    last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
+    # The answer's characters, so span drill-down still maps the last turn's text onto tokens.
+    spans = locate_turns(full, messages, [last], render, location) if last is not None else []
+    span = spans[0] if spans else TurnSpan(-1, 0, 0, 0, 0)
+    ids, offsets = _tokenize(full, tokenizer, offsets=True)
+    start = 0
+    if loss_mask == "completion":  # no assistant turn: no completion, nothing supervised
+        prompt_end = len(render(messages[:last], True)) if last is not None else len(full)
+        start = next((k for k, (begin, _) in enumerate(offsets) if begin >= prompt_end), len(ids))
+    return mask_tokens(ids, offsets, [span], special_ids(tokenizer), max_seq_length, ranges=[(start, len(ids))])
+
+
 def _encode_text(text: str, tokenizer: Any, max_seq_length: int) -> Encoded:
     _check_length(max_seq_length)
     start = len(bos := bos_prefix(tokenizer))
@@ -166,15 +194,18 @@ def _mask(full: str, spans: list[TurnSpan], tokenizer: Any, max_seq_length: int)
 
 
 def mask_tokens(ids: list[int], offsets: list[tuple[int, int]], spans: Sequence[TurnSpan], special: set[int],
-                max_seq_length: int) -> Encoded:
-    """The masking step on a rendered conversation's token ids and character offsets (shared by batch encoding)."""
+                max_seq_length: int, ranges: Sequence[tuple[int, int]] | None = None) -> Encoded:
+    """The masking step on a rendered conversation's token ids and character offsets (shared by batch encoding).
+
+    ``ranges`` gives each span's token range outright (the wide masks); otherwise it is the turn's own tokens.
+    """
     kept = min(len(ids), max_seq_length)
     labels = [IGNORE_INDEX] * kept
     segments: list[tuple[int, int]] = []
     segment_messages: list[int] = []
     char_offsets: list[tuple[int, int]] = []
-    for span in spans:
-        start, end = _turn_tokens(span, ids, offsets, special)
+    for number, span in enumerate(spans):
+        start, end = ranges[number] if ranges is not None else _turn_tokens(span, ids, offsets, special)
         start, end = max(start, 1), min(end, kept)  # position 0 is never predicted; keep_start truncation
         if start >= end:
             continue

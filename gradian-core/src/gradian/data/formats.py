@@ -5,9 +5,11 @@ Accepted rows (one format per row, detected in this order):
 - ``messages``: chat (OpenAI / Hugging Face), a list of ``{"role", "content"}``; an assistant message with
   OpenAI's ``"weight": 0`` stays in the conversation but out of the loss.
 - ``conversations``: ShareGPT, a list of ``{"from", "value"}`` with ``from`` in human / gpt / system
-  (``{"role", "content"}`` items are accepted too).
+  (``{"role", "content"}`` items are accepted too); a top-level ``system`` string is the first message.
 - ``prompt`` + ``completion``: two strings, or two message lists (TRL's conversational prompt-completion).
-- ``instruction`` + ``output`` (+ optional ``input``): Alpaca; the prompt is instruction + blank line + input.
+- ``instruction`` + ``output`` (+ optional ``input``): Alpaca; the prompt is instruction + blank line + input. An
+  optional ``system`` string comes first and ``history`` (``[[instruction, response], ...]``, LLaMA-Factory's) gives
+  the earlier turns, their responses supervised like any assistant turn.
 - ``text``: plain text, every token supervised.
 
 Every other top-level field is kept in ``Example.fields``. A row that fits none of them is an error, never skipped.
@@ -26,9 +28,9 @@ SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "user
 # The keys each format consumes; everything else in the row becomes Example.fields.
 FORMAT_KEYS: dict[str, tuple[str, ...]] = {
     "messages": ("messages",),
-    "sharegpt": ("conversations",),
+    "sharegpt": ("conversations", "system"),
     "prompt_completion": ("prompt", "completion"),
-    "alpaca": ("instruction", "input", "output"),
+    "alpaca": ("instruction", "input", "output", "system", "history"),
     "text": ("text",),
 }
 
@@ -107,7 +109,7 @@ def parse_row(row: Any) -> ParsedRow:
         messages = _parse_messages(row["messages"], "messages", sharegpt=False)
         text = None
     elif fmt == "sharegpt":
-        messages = _parse_messages(row["conversations"], "conversations", sharegpt=True)
+        messages = _system(row) + _parse_messages(row["conversations"], "conversations", sharegpt=True)
         text = None
     elif fmt == "prompt_completion":
         messages, text = _parse_prompt_completion(row), None
@@ -116,7 +118,8 @@ def parse_row(row: Any) -> ParsedRow:
     else:
         messages, text = (), _string(row, "text")
     consumed = set(FORMAT_KEYS[fmt])
-    known = {key for keys in FORMAT_KEYS.values() for key in keys}
+    # system / history are ordinary fields of the formats that do not consume them.
+    known = {key for keys in FORMAT_KEYS.values() for key in keys} - {"system", "history"}
     fields = {key: value for key, value in row.items()
               if key not in consumed and not (key in known and value is None)}
     return ParsedRow(format=fmt, messages=messages, text=text, fields=fields)
@@ -199,4 +202,28 @@ def _parse_alpaca(row: Mapping[str, Any]) -> tuple[Message, ...]:
     instruction, output = _string(row, "instruction"), _string(row, "output")
     extra = _string(row, "input") if _present(row, "input") else ""
     prompt = f"{instruction}\n\n{extra}" if extra.strip() else instruction
-    return (Message("user", prompt), Message("assistant", output))
+    return (*_system(row), *_history(row), Message("user", prompt), Message("assistant", output))
+
+
+def _system(row: Mapping[str, Any]) -> tuple[Message, ...]:
+    """The row's top-level ``system`` string as a leading system message (none when absent or empty)."""
+    if not _present(row, "system"):
+        return ()
+    system = _string(row, "system")
+    return (Message("system", system),) if system else ()
+
+
+def _history(row: Mapping[str, Any]) -> tuple[Message, ...]:
+    """LLaMA-Factory's Alpaca ``history``: earlier [instruction, response] pairs, in order."""
+    if not _present(row, "history"):
+        return ()
+    history = row["history"]
+    shape_hint = "write 'history' as a list of [instruction, response] string pairs"
+    if not isinstance(history, (list, tuple)):
+        raise RowFormatError(f"'history' is {json_type(history)}, not a list", shape_hint)
+    turns: list[Message] = []
+    for position, pair in enumerate(history):
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+            raise RowFormatError(f"history[{position}] is {json_type(pair)}, not an [instruction, response] pair", shape_hint)
+        turns += [Message("user", pair[0]), Message("assistant", pair[1])]
+    return tuple(turns)

@@ -30,7 +30,7 @@ from gradian.index.distributed import RankContext, rank_context
 from gradian.index.dtypes import decode_rows, encode_rows, storage_numpy_dtype
 from gradian.index.manifest import write_atomic
 from gradian.index.mapped import release_pages
-from gradian.index.plan import BuildPlan, ExampleMeta, default_index_dir, encode_pass, make_plan
+from gradian.index.plan import BuildPlan, ExampleMeta, concrete_loss_mask, default_index_dir, encode_pass, make_plan
 from gradian.index.sizing import (
     IN_MEMORY_SHARD_BYTES,
     IndexEstimate,
@@ -61,11 +61,13 @@ def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, o
     examples = list(dataset)
     if not examples:
         raise DatasetError("the dataset has no examples, so there is nothing to index", "pass the training data you used")
+    config = follow_training_run(config, loaded_model, examples)
     codec = get_codec(config.grads.codec)
     storage_numpy_dtype(config.grads.storage_dtype)
     capture = GradientCapture.from_config(loaded_model, config.grads)
     tokenizer = loaded_model.tokenizer
-    metas, ids_sha, encoded_sha = encode_pass(examples, tokenizer, config.grads.max_seq_length)
+    metas, ids_sha, encoded_sha = encode_pass(examples, tokenizer, config.grads.max_seq_length,
+                                              concrete_loss_mask(config.grads))
     plan = make_plan(loaded_model, capture, config, examples, ids_sha, encoded_sha, out, codec, dataset)
     estimate = estimate_index(loaded_model.model, plan.dim, plan.storage_dtype, capture.projection is not None,
                               [m.num_tokens for m in metas], [m.num_supervised for m in metas],
@@ -76,6 +78,16 @@ def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, o
                                estimate, say)
     finally:
         ranks.close()
+
+
+def follow_training_run(config: Any, loaded_model: Any, examples: Sequence[Any], run: Any = None) -> Any:
+    """``config`` with grads.loss_mask ``auto`` made concrete from ``run`` or the run the adapter sits in."""
+    if config.grads.loss_mask != "auto":
+        return config
+    from gradian.audit.training_format import read_run_of_adapter, with_loss_mask
+
+    run = run if run is not None else read_run_of_adapter(getattr(loaded_model, "adapter_dir", None))
+    return with_loss_mask(config, run, examples)[0]
 
 
 def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples: list[Any], tokenizer: Any,
@@ -138,7 +150,7 @@ def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: lis
     computed = 0
     for number in todo:
         rows = plan.shard_rows(number)
-        encoded = [encode(examples[i], tokenizer, grads.max_seq_length) for i in rows]
+        encoded = [encode(examples[i], tokenizer, grads.max_seq_length, concrete_loss_mask(grads)) for i in rows]
         stored, stats = compute_shard(plan, number, capture, encoded, [examples[i].id for i in rows],
                                       grads.batch_size, pad_id, advance)
         write_shard(plan, number, stored, stats)
@@ -161,7 +173,8 @@ def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], token
     if say is not None:
         say(f"measuring gradient scales on {len(positions)} rows before sketching")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    encoded = sorted((encode(examples[i], tokenizer, grads.max_seq_length) for i in positions),
+    encoded = sorted((encode(examples[i], tokenizer, grads.max_seq_length, concrete_loss_mask(grads))
+                      for i in positions),
                      key=lambda e: len(e.input_ids))
     moments = MomentAccumulator(capture.exact_shapes())
     for start in range(0, len(encoded), grads.batch_size):

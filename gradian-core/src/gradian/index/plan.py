@@ -82,14 +82,15 @@ def default_index_dir(index_id: str) -> Path:
     return cache_dir() / "indexes" / index_id
 
 
-def encode_pass(examples: Sequence[Any], tokenizer: Any, max_seq_length: int) -> tuple[list[ExampleMeta], str, str]:
+def encode_pass(examples: Sequence[Any], tokenizer: Any, max_seq_length: int,
+                loss_mask: str = "assistant") -> tuple[list[ExampleMeta], str, str]:
     """Encode every example once: per-example facts, the hash of ids in order, and the hash of the encodings."""
     from gradian.data import encode
 
     ids_digest, encoded_digest = hashlib.sha256(), hashlib.sha256()
     metas = []
     for example in examples:
-        encoded = encode(example, tokenizer, max_seq_length)
+        encoded = encode(example, tokenizer, max_seq_length, loss_mask)
         content = getattr(example, "content_sha256", "")
         ids_digest.update(f"{example.id} {content}\n".encode())
         for values in (encoded.input_ids, encoded.labels):
@@ -97,6 +98,12 @@ def encode_pass(examples: Sequence[Any], tokenizer: Any, max_seq_length: int) ->
             encoded_digest.update(len(array).to_bytes(8, "little") + array.tobytes())
         metas.append(ExampleMeta(example.id, len(encoded.input_ids), int(encoded.num_supervised), bool(encoded.truncated)))
     return metas, ids_digest.hexdigest(), encoded_digest.hexdigest()
+
+
+def concrete_loss_mask(grads: Any) -> str:
+    """grads.loss_mask as encode() takes it: ``auto`` left unresolved (no run to follow) is the default mask."""
+    mode = getattr(grads, "loss_mask", "assistant")
+    return "assistant" if mode == "auto" else mode
 
 
 def block_infos(capture: Any) -> tuple[BlockInfo, ...]:
@@ -153,6 +160,9 @@ def make_plan(loaded: Any, capture: Any, config: Any, examples: Sequence[Any], i
     whitening = whitening_spec(plan_json is not None, config.attribution.preconditioner, len(examples))
     if whitening is not None:  # absent, not null, otherwise: the ids of unwhitened indexes stay what they were
         spec["grads"]["whitening"] = whitening
+    loss_mask = concrete_loss_mask(grads)
+    if loss_mask != "assistant":  # likewise: indexes over the assistant-turn mask keep the ids they had
+        spec["grads"]["loss_mask"] = loss_mask
     index_id = compute_index_id(spec)
     sources = {
         "base_model": loaded.base_model_name,
@@ -162,6 +172,8 @@ def make_plan(loaded: Any, capture: Any, config: Any, examples: Sequence[Any], i
         "dataset_file_sha256": getattr(dataset, "sha256", None),
         "batch_size": grads.batch_size,
         "shard_size": grads.shard_size,
+        "loss_mask": loss_mask,
+        "tokenizer": getattr(loaded.tokenizer_choice, "description", None),
     }
     out_dir = Path(out).expanduser() if out is not None else default_index_dir(index_id)
     out_dir = out_dir.absolute()

@@ -72,6 +72,8 @@ class LoadedModel:
     # The quantized checkpoint (QLoRA, unsloth -bnb-4bit) adapter_config.json says the adapter was trained on, when
     # the base loaded here is another, unquantized one; the report says so.
     quantized_training_base: str | None = None
+    # Where the tokenizer and chat template came from (gradian.audit.training_format.TokenizerChoice), when loaded.
+    tokenizer_choice: Any = None
 
     def __post_init__(self) -> None:
         from gradian.model.lora_blocks import active_adapter_name, hookable_lora_parameters, lora_layers
@@ -104,11 +106,12 @@ class LoadedModel:
     @classmethod
     def load(cls, base_model: str | Path, adapter: str | Path | None, *, allow_pickle: bool = False,
              trust_remote_code: bool = False, dtype: str = "auto", device: str = "auto",
-             adapter_name: str = "default") -> LoadedModel:
+             adapter_name: str = "default", tokenizer: str | Path | None = None) -> LoadedModel:
         """Load a base model (on ``device``, in ``dtype``; see resolve_placement) and a LoRA adapter directory.
 
         The adapter is safetensors (a pickle only with allow_pickle); its LoRA weights are float32 whatever the
-        base dtype, so the captured gradients are too.
+        base dtype, so the captured gradients are too. The tokenizer is ``tokenizer`` when given, else the one the
+        run saved (adapter dir, then its checkpoints), else the base's (gradian.audit.training_format).
         """
         from gradian.model.adapter_dir import (
             adapter_files_hash,
@@ -125,16 +128,19 @@ class LoadedModel:
         files = inspect_adapter_dir(require_adapter(adapter), allow_pickle=allow_pickle)
         shapes = adapter_weight_shapes(files)
         try:
-            base, tokenizer = load_base_model(str(base_model), dtype=placement.dtype,
+            base, tokenizer_loaded = load_base_model(str(base_model), dtype=placement.dtype,
                                               trust_remote_code=trust_remote_code, device=placement.device)
         except QuantizedBaseError as error:  # the adapter's own record of its base sharpens the advice
             raise error.naming_adapter_base(files.trained_on) from None
         check_adapter_fits(base, shapes, files, str(base_model))
         base_hash = base_model_fingerprint(base)
         peft_model = _attach_adapter(base, files, adapter_name)
+        tokenizer, choice = training_tokenizer(tokenizer_loaded, str(base_model), files.directory, tokenizer,
+                                               trust_remote_code=trust_remote_code)
         return cls(model=peft_model, tokenizer=tokenizer, base_model_name=str(base_model), adapter_dir=files.directory,
                    adapter_hash=adapter_files_hash(files), base_model_hash=base_hash, adapter_name=adapter_name,
-                   quantized_training_base=quantized_training_base(files.trained_on, str(base_model)))
+                   quantized_training_base=quantized_training_base(files.trained_on, str(base_model)),
+                   tokenizer_choice=choice)
 
     @property
     def causal_lm(self) -> Any:
@@ -164,6 +170,23 @@ class LoadedModel:
     def trainable_parameter_names(self) -> list[str]:
         """Names of the parameters that require grad (only LoRA A and B weights)."""
         return [name for name, param in self.model.named_parameters() if param.requires_grad]
+
+
+def training_tokenizer(base_tokenizer: Any, base_source: str, adapter_dir: Path | None,
+                       override: str | Path | None = None, *, trust_remote_code: bool = False) -> tuple[Any, Any]:
+    """The tokenizer the adapter was trained with (``override``, else saved by the run, else the base's) and its source."""
+    from gradian.audit.training_format import TokenizerChoice, apply_saved_files, tokenizer_dirs
+    from gradian.model.base import _load_tokenizer_from, load_tokenizer
+
+    def load(path: Path | str) -> Any:
+        # A checkpoint or adapter dir holds a tokenizer without a model config.json, which load_tokenizer wants.
+        if Path(path).is_dir():
+            return _load_tokenizer_from(Path(path), trust_remote_code=trust_remote_code)
+        return load_tokenizer(path, trust_remote_code=trust_remote_code)
+
+    if override is not None:
+        return load(override), TokenizerChoice(f"the tokenizer given ({override})")
+    return apply_saved_files(base_tokenizer, base_source, tokenizer_dirs(adapter_dir), load)
 
 
 def _attach_adapter(base: Any, files: Any, adapter_name: str) -> Any:

@@ -108,10 +108,20 @@ def config_from_axolotl(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "finetuning_type": ("qlora" if adapter == "qlora" or as_bool(cfg.get("load_in_4bit")) else str(adapter))
         if adapter else "full",
         "framework": "axolotl",
+        "chat_template": cfg.get("chat_template"),
+        "dataset_type": dataset_type(cfg),
     }
     if "val_set_size" in cfg and not as_float(cfg.get("val_set_size")) and not cfg.get("test_datasets"):
         out["eval_strategy"] = "no"
     return out
+
+
+def dataset_type(cfg: Mapping[str, Any]) -> str | None:
+    """The prompt format of the first training dataset (``datasets: [{path, type}]``), when it names one."""
+    datasets = cfg.get("datasets")
+    first = datasets[0] if isinstance(datasets, list) and datasets else None
+    kind = first.get("type") if isinstance(first, Mapping) else None
+    return kind if isinstance(kind, str) and kind else None
 
 
 def read(path: Path) -> RunArtifact:

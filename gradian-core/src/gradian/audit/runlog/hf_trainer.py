@@ -227,6 +227,7 @@ def config_from_hf_args(args: Mapping[str, Any]) -> dict[str, Any]:
         "group_by_length": args.get("group_by_length"),
         "val_set_size": args.get("val_set_size"),
         "finetuning_type": args.get("finetuning_type"),
+        "chat_template": args.get("chat_template_path"),  # TRL SFTConfig: the template it trained with instead
     }
     max_steps = as_int(args.get("max_steps"))
     out["max_steps"] = max_steps if max_steps and max_steps > 0 else None

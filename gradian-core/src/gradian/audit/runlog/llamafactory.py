@@ -93,6 +93,7 @@ def config_from_llamafactory(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "val_set_size": val_size,
         "finetuning_type": finetuning,
         "framework": "llamafactory",
+        "chat_template": cfg.get("template"),
     })
     if finetuning not in ("lora", "qlora"):
         for key in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"):
