@@ -18,6 +18,9 @@ def check_output_dir(path: Path, option: str, *, error: type[GradianError] = Con
     must be writable too.
     """
     path = Path(path).expanduser()
+    if path.is_symlink() and not path.exists():
+        raise error(f"{option} {path} is a symlink to nothing (dangling, or a loop)",
+                    f"remove the link or pass another {option}")
     if path.exists() and not path.is_dir():
         raise error(f"{option} {path} is a file, not a directory", f"pass a directory path to {option}")
     existing = _nearest_existing(path)

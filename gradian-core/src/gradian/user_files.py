@@ -20,8 +20,9 @@ from gradian.errors import GradianError
 # Config-like files (adapter_config.json, trainer_state.json, manifests, reports, --config) are kilobytes;
 # 256 MiB leaves room for a trainer_state.json of millions of steps while refusing runaway inputs.
 DOCUMENT_LIMIT = 256 * 1024**2
-# Datasets are read into memory whole, so the cap is what a workstation can hold; env var for the rare larger one.
-DATASET_LIMIT = int(os.environ.get("GRADIAN_MAX_DATASET_BYTES", 16 * 1024**3))
+# Datasets are read into memory whole (several copies while parsing), so the cap is what a workstation can hold
+# several times over; GRADIAN_MAX_DATASET_BYTES raises it for the rare larger one.
+DATASET_LIMIT = int(os.environ.get("GRADIAN_MAX_DATASET_BYTES", 4 * 1024**3))
 # Real configs and rows nest a handful of levels; 100 keeps every later recursive walk (json.dumps, to_plain,
 # deepcopy) far from Python's recursion limit, wherever on the stack it runs.
 DEPTH_LIMIT = 100
@@ -121,6 +122,8 @@ def parse_json(text: str, path: Path, what: str, error: type[GradianError] = Gra
                     hint or f"fix {path.name} or restore it") from None
     except RecursionError:
         raise error(f"{path}: nested too deep to read", "is this the right file?") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        raise error(f"{path}: {' '.join(str(exc).split())}", "is this the right file?") from None
     problem = value_problem(value, text)
     if problem:
         raise error(f"{path}: the {what} {problem}", "is this the right file?")
@@ -146,6 +149,8 @@ def parse_yaml(text: str, path: Path, what: str, error: type[GradianError] = Gra
         raise error(f"{where}: not valid YAML", hint or "fix the YAML syntax at that line") from None
     except RecursionError:
         raise error(f"{path}: nested too deep to read", "is this the right file?") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        raise error(f"{path}: {' '.join(str(exc).split())}", "is this the right file?") from None
     problem = value_problem(value)
     if problem:
         raise error(f"{path}: the {what} {problem}", "is this the right file?")

@@ -167,7 +167,9 @@ def ensure_utf8(path: Path) -> None:
     path = Path(path)
     if not path.is_file() or path.suffix.lower() == ".parquet":
         return
-    data = path.read_bytes()
+    from gradian.user_files import DATASET_LIMIT, read_bytes
+
+    data = read_bytes(path, "dataset", DatasetError, limit=DATASET_LIMIT)  # bounded: /dev/zero or 20 GiB never fill memory
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import DatasetError, GradianError
-from gradian.user_files import load_json
+from gradian.user_files import load_json, read_text
 
 REPORT_JSON = "report.json"
 REPORT_SCHEMA_PREFIX = "gradian.report/"
@@ -162,13 +162,8 @@ def cluster_drop_set(report: ReportInputs, examples: Sequence[Any], *, cluster: 
 def file_drop_set(path: Path | str, examples: Sequence[Any], dataset_label: str = "the dataset") -> DropSet:
     """The ids listed in a file (one per line; blank lines and # comments skipped), checked against ``examples``."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise VerifyInputError(f"--drop file {path} does not exist", "pass a text file with one example id per line") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise VerifyInputError(f"--drop file {path} cannot be read: {error}",
-                               "pass a UTF-8 text file with one example id per line") from None
+    lines = read_text(path, "--drop file", VerifyInputError,
+                      hint="pass a UTF-8 text file with one example id per line").splitlines()
     positions = {example.id: position for position, example in enumerate(examples)}
     wanted: dict[str, int] = {}
     for line_number, line in enumerate(lines, start=1):

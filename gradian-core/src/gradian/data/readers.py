@@ -87,6 +87,9 @@ def _jsonl_rows(data: bytes) -> tuple[RawRow, ...]:
         except RecursionError:
             rows.append(RawRow(line_number, error=_unsafe_row("is nested too deep to read")))
             continue
+        except ValueError:  # an integer past Python's 4300-digit conversion limit
+            rows.append(RawRow(line_number, error=_unsafe_row("holds an integer too long to read")))
+            continue
         problem = value_problem(value, text)
         rows.append(RawRow(line_number, error=_unsafe_row(problem)) if problem else RawRow(line_number, value=value))
     return tuple(rows)
@@ -112,6 +115,8 @@ def _json_document_rows(path: Path, data: bytes) -> tuple[RawRow, ...] | None:
                            "for one row per line use .jsonl") from None
     except RecursionError:
         raise DatasetError(f"{path}: the JSON document is nested too deep to read", SUPPORTED_HINT) from None
+    except ValueError:  # an integer past Python's 4300-digit conversion limit
+        raise DatasetError(f"{path}: the JSON document holds an integer too long to read", SUPPORTED_HINT) from None
     start = _skip_whitespace(text, 0)
     if isinstance(document, list):
         return _rows_at(text, _array_items(text, start))

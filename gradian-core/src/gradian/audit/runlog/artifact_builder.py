@@ -152,6 +152,8 @@ def jsonl_lines(path: Path, hint: str) -> Iterator[tuple[int, Any]]:
             raise RunDirError(f"{path}:{number}: not valid JSON ({error.msg})", hint) from None
         except RecursionError:
             raise RunDirError(f"{path}:{number}: the line is nested too deep to read", hint) from None
+        except ValueError:  # an integer past Python's 4300-digit conversion limit
+            raise RunDirError(f"{path}:{number}: the line holds an integer too long to read", hint) from None
         problem = value_problem(value, line)
         if problem:
             raise RunDirError(f"{path}:{number}: the line {problem}", hint)
