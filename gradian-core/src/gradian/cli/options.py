@@ -16,7 +16,7 @@ AdapterOption = Annotated[Optional[Path], typer.Option("--adapter", help="PEFT L
 DatasetOption = Annotated[Optional[Path], typer.Option("--dataset", help="The exact training data, in the same order (JSONL, JSON, parquet or a saved HF dataset).")]
 EvalDatasetOption = Annotated[Optional[Path], typer.Option("--eval-dataset", help="Eval items describing the capability, with the answers you wanted.")]
 RunOption = Annotated[Optional[Path], typer.Option("--run", help="Run directory with the trainer config and logs.")]
-AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (runs code from the file; off by default).")]
+AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (read with torch.load(weights_only=True), which builds tensors only; off by default).")]
 BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
 TrustRemoteCodeFlag = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own Python code to run (off by default).")]
 DeviceOption = Annotated[str, typer.Option("--device", help="Where the model runs: auto (this rank's GPU, cuda:$LOCAL_RANK, when CUDA is visible, else mps when it is available, else cpu), cpu, cuda, cuda:N or mps.")]
