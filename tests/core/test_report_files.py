@@ -382,4 +382,12 @@ def test_report_html_is_self_contained_verdict_first_and_escapes_user_text(tmp_p
     assert "<link" not in text and "<script" not in text
     assert "<city>" not in text and "&lt;city&gt;" in text  # a model's output is text, never markup
     assert any("Wrong | <city>" in chunk for chunk in body)  # ...and reads back as the original text
-    assert report["verdict"]["headline"] in "".join(body)
+    assert report["verdict"]["headline"].replace("`", "") in "".join(body)
+    assert "<p class=\"headline\">Attributed: cluster <code>vendor</code> is blamed.</p>" in text  # `x` -> <code>
+
+
+def test_backticked_names_in_html_paragraphs_are_code_and_still_escaped():
+    from gradian.report.html import _p
+
+    assert _p("cluster `a<b>` and `c`") == "<p>cluster <code>a&lt;b&gt;</code> and <code>c</code></p>"
+    assert _p("one ` backtick <x>") == "<p>one ` backtick &lt;x&gt;</p>"  # unpaired: every character as written

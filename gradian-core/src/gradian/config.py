@@ -321,11 +321,11 @@ def parse_override(text: str) -> tuple[str, str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
+    except RecursionError:  # a value can be 128 KiB of brackets on a command line
+        raise ConfigError(f"--set {key} has a value nested too deep to read", "pass a plain value") from None
     return section, name, value
 
 
-    except RecursionError:  # a value can be 128 KiB of brackets on a command line
-        raise ConfigError(f"--set {key} has a value nested too deep to read", "pass a plain value") from None
 def load_config(path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> GradianConfig:
     """The config from an optional YAML file with ``--set`` overrides applied on top."""
     data: dict[str, Any] = {}

@@ -58,7 +58,7 @@ def render_html(report: Mapping[str, Any], images: Mapping[str, bytes] | None = 
 
 def _verdict(verdict: Mapping[str, Any]) -> str:
     kind = "" if verdict.get("accused_cluster") else " neutral"
-    body = [f"<p class=\"headline\">{escape(verdict.get('headline') or '')}</p>", _p(verdict["summary"])]
+    body = [f"<p class=\"headline\">{_with_code(verdict.get('headline') or '')}</p>", _p(verdict["summary"])]
     if verdict.get("accused_cluster"):
         body.append(_p("Next: check the blamed cluster by dropping it and retraining against a random-drop control "
                        "(gradian verify), or export the dataset without it (gradian export --drop accused)."))
@@ -211,7 +211,15 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], *, numeric: Seq
 
 
 def _p(text: str) -> str:
-    return f"<p>{escape(str(text))}</p>"
+    """A paragraph; `names` in backticks (the report's Markdown-style quoting) become <code>, the rest is escaped."""
+    return f"<p>{_with_code(str(text))}</p>"
+
+
+def _with_code(text: str) -> str:
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: keep every character as written
+        return escape(text)
+    return "".join(escape(part) if i % 2 == 0 else f"<code>{escape(part)}</code>" for i, part in enumerate(parts))
 
 
 def _code(text: Any) -> str:
