@@ -68,7 +68,10 @@ def test_demo_api_indexes_scores_and_checks_the_ground_truth(tiny_base_dir, tmp_
     from gradian.checking.verify import plan_verify
 
     plan = plan_verify(out=tmp_path / "verify", report_dir=tmp_path / "w" / "report", controls=1)
-    assert plan.eval_dataset == tmp_path / "w" / "scenario" / "eval.jsonl" and plan.config == config
+    # The report records the config it ran with: grads.loss_mask auto as it resolved for this run (gradian train
+    # supervises assistant turns).
+    resolved = config.replace(grads=dataclasses.replace(config.grads, loss_mask="assistant"))
+    assert plan.eval_dataset == tmp_path / "w" / "scenario" / "eval.jsonl" and plan.config == resolved
 
 
 def test_fresh_refuses_a_directory_the_demo_did_not_make(tmp_path, capsys):
