@@ -103,12 +103,21 @@ class MomentAccumulator:
 
     def add(self, index: int, gradients: torch.Tensor) -> None:
         """Add a batch of exact gradients [B, rows, cols] of the index-th matrix."""
-        gradients = gradients.double()
-        squared = gradients.square()
-        self.rows[index] += squared.sum(dim=(0, 2)).cpu()
-        self.cols[index] += squared.sum(dim=(0, 1)).cpu()
-        narrow = gradients if self.narrow_rows[index] else gradients.transpose(1, 2)
-        self.grams[index] += torch.einsum("nij,nkj->ik", narrow, narrow).cpu()
+        narrow_rows = self.narrow_rows[index]
+        # The rank side's Gram matrix as one r x (B * wide) product (a batched einsum over megabyte rows is far
+        # slower); its diagonal is that side's sums of squares, so only the wide side needs its own pass.
+        side = gradients.transpose(0, 1) if narrow_rows else gradients.permute(2, 0, 1)
+        flat = side.reshape(side.shape[0], -1).double()
+        gram = (flat @ flat.T).cpu()
+        wide = torch.sum(gradients.square(), dim=(0, 1) if narrow_rows else (0, 2), dtype=torch.float64).cpu()
+        self.grams[index] += gram
+        narrow_sums = gram.diagonal()
+        if narrow_rows:
+            self.rows[index] += narrow_sums
+            self.cols[index] += wide
+        else:
+            self.cols[index] += narrow_sums
+            self.rows[index] += wide
 
     def whitening(self, *, damping: float | None, damping_ratio: float, scheme: str = SCHEME) -> Whitening:
         """The transforms of ``scheme``; lambda = damping, else damping_ratio x mean E[g^2] over all matrices."""
