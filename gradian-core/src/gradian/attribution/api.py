@@ -135,7 +135,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         from gradian.attribution.causes import find_causes
         from gradian.attribution.clusters import assign_clusters, cluster_blame
 
-        assignment = assign_clusters(config.attribution, examples, index)
+        assignment = assign_clusters(config.attribution, examples, index)  # once: every cause is tested on it
         clusters = cluster_blame(np.asarray(scores.blame), assignment, permutations=config.attribution.permutations,
                                  seed=config.attribution.seed)
         causes = find_causes(item_blame.matrix(), scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
