@@ -8,7 +8,6 @@ adapter is the i-th optimizer slot. Shapes are checked one by one, so a mismatch
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,10 @@ def latest_optimizer_file(run: str | Path | None) -> Path | None:
     """``optimizer.pt`` of the highest checkpoint-N of a run dir (or the run dir itself), if any."""
     if run is None:
         return None
+    from gradian.audit.runlog.hf_trainer import checkpoints
+
     run = Path(run)
-    checkpoints = sorted((p for p in run.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)),
-                         key=lambda p: int(p.name.split("-")[1]))
-    for folder in [*reversed(checkpoints), run]:
+    for folder in [*reversed(checkpoints(run)), run]:
         if (folder / "optimizer.pt").is_file():
             return folder / "optimizer.pt"
     return None
