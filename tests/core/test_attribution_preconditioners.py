@@ -153,3 +153,15 @@ def test_non_finite_statistics_are_an_index_error():
         diagonal_preconditioner(np.array([1.0, np.nan]))
     with pytest.raises(GradientIndexError):
         diagonal_preconditioner(np.ones(3)).apply(np.ones((1, 4)))
+
+
+def test_the_adam_state_is_read_from_the_highest_numbered_checkpoint(tmp_path):
+    from gradian.attribution.adam_state import latest_optimizer_file
+
+    for step in (9, 10):  # "checkpoint-9" sorts after "checkpoint-10" as a string
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "optimizer.pt").write_bytes(b"")
+    (tmp_path / "checkpoint-final").mkdir()  # not a checkpoint-N dir
+    assert latest_optimizer_file(tmp_path) == tmp_path / "checkpoint-10" / "optimizer.pt"
+    assert latest_optimizer_file(tmp_path / "checkpoint-9") == tmp_path / "checkpoint-9" / "optimizer.pt"
+    assert latest_optimizer_file(None) is None and latest_optimizer_file(tmp_path / "missing") is None
