@@ -193,3 +193,28 @@ def test_truncated_examples_are_kept_and_noted(capsys, tmp_path, tiny_base_dir, 
     assert "5 examples" in stdout and "note: 5 example(s) were truncated to grads.max_seq_length=24 tokens" in err
     rows = [json.loads(line) for line in (tmp_path / "index" / "examples.jsonl").read_text().splitlines()]
     assert len(rows) == 5 and all(r["truncated"] and r["num_tokens"] == 24 for r in rows)
+
+
+def test_tokenizer_flag_renders_with_the_given_tokenizer_and_a_missing_one_is_refused_early(
+        capsys, tmp_path, tiny_base_dir, tiny_adapter_dir, dataset):
+    out = tmp_path / "index"
+    code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, out, "--tokenizer",
+                                               tiny_base_dir))
+    assert code == 0, err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["sources"]["tokenizer"].endswith(f"the tokenizer given ({tiny_base_dir})")
+    missing = tmp_path / "no-such-tokenizer"
+    code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, tmp_path / "other",
+                                               "--tokenizer", missing))
+    assert_error(code, err, f"--tokenizer {missing} is not a directory")
+    assert not (tmp_path / "other").exists()
+
+
+def test_attribute_refuses_a_missing_tokenizer_before_loading_anything(capsys, tmp_path, tiny_base_dir,
+                                                                        tiny_adapter_dir, dataset):
+    missing = tmp_path / "no-such-tokenizer"
+    code, _, err = run_cli(capsys, "attribute", "--base-model", tiny_base_dir, "--adapter", tiny_adapter_dir,
+                           "--dataset", dataset, "--eval-dataset", dataset, "--out", tmp_path / "report",
+                           "--tokenizer", missing)
+    assert_error(code, err, f"--tokenizer {missing} is not a directory")
+    assert not (tmp_path / "report").exists()

@@ -64,7 +64,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
               progress: ProgressFactory | None = None, command: Sequence[str] | None = None,
               eval_format: str | None = None, refuse_other_index: bool = False,
               say: Callable[[str], None] | None = None, device: str = "auto",
-              dtype: str = "auto") -> AttributionOutcome:
+              dtype: str = "auto", tokenizer: str | Path | None = None) -> AttributionOutcome:
     """Explain a regression: which training examples, clusters and sentences pushed the model toward it.
 
     ``say`` gets one-line notes meant for the terminal (the index's size estimate before it is built).
@@ -98,7 +98,8 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         _check_cluster_field(config, examples)
     with stages.stage("load model"):
         loaded = loaded_model if loaded_model is not None else _load_model(
-            base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, placement=placement)
+            base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, placement=placement,
+            tokenizer=tokenizer)
         config = _follow_run(config, loaded, examples, run)
     if index_dir is not None and refuse_other_index:
         check_index_dir_matches(index_dir, loaded, examples, config)
@@ -251,13 +252,14 @@ def _follow_run(config: GradianConfig, loaded: Any, examples: Sequence[Any], run
     return follow_training_run(config, loaded, examples, artifact)
 
 
-def _load_model(base_model: str, adapter: Any, *, allow_pickle: bool, trust_remote_code: bool, placement: Any) -> Any:
+def _load_model(base_model: str, adapter: Any, *, allow_pickle: bool, trust_remote_code: bool, placement: Any,
+                tokenizer: str | Path | None = None) -> Any:
     from gradian.model.loaded import LoadedModel
 
     if not base_model:
         raise ConfigError("gradian attribute needs --base-model", "pass the base model the adapter was trained from")
     return LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
-                            device=placement.device, dtype=placement.dtype)
+                            device=placement.device, dtype=placement.dtype, tokenizer=tokenizer)
 
 
 def _check_cluster_field(config: GradianConfig, examples: Sequence[Any]) -> None:

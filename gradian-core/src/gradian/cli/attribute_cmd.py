@@ -19,7 +19,9 @@ from gradian.cli.options import (
     FormatOption,
     RunOption,
     SetOption,
+    TokenizerOption,
     TrustRemoteCodeFlag,
+    check_tokenizer_dir,
 )
 
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report directory (report.md, report.html, report.json, scores.csv, plots).")]
@@ -42,6 +44,7 @@ def attribute(
     set_: SetOption = None,
     allow_pickle: AllowPickleFlag = False,
     trust_remote_code: TrustRemoteCodeFlag = False,
+    tokenizer: TokenizerOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     output_format: FormatOption = "table",
@@ -68,6 +71,7 @@ def attribute(
     from gradian.output_location import check_output_dir
 
     check_output_dir(out, "--out")  # before the model loads: a bad --out must not cost the whole run
+    check_tokenizer_dir(tokenizer)
     base_model = base_model_for(base_model, adapter, "attribute")  # default: the base the adapter names
     cfg = load_cli_config(config, set_)
     with stage_bars() as bars:
@@ -76,7 +80,7 @@ def attribute(
                                   allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, progress=bars,
                                   command=invoked_command(), eval_format=eval_format,
                                   refuse_other_index=index is not None, device=placement.device,
-                                  dtype=placement.dtype,
+                                  dtype=placement.dtype, tokenizer=tokenizer,
                                   say=note)
     print_outcome(outcome, fmt)
 

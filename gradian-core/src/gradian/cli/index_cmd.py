@@ -17,7 +17,9 @@ from gradian.cli.options import (
     DeviceOption,
     DtypeOption,
     SetOption,
+    TokenizerOption,
     TrustRemoteCodeFlag,
+    check_tokenizer_dir,
 )
 
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Index directory (default: <cache dir>/indexes/<index id>).")]
@@ -32,6 +34,7 @@ def index(
     set_: SetOption = None,
     allow_pickle: AllowPickleFlag = False,
     trust_remote_code: TrustRemoteCodeFlag = False,
+    tokenizer: TokenizerOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an index of another dataset or adapter at --out.")] = False,
@@ -42,7 +45,8 @@ def index(
 
     cfg = load_cli_config(config, set_)
     index_built = build_from_cli(base_model, adapter, dataset, out, cfg, allow_pickle=allow_pickle,
-                                 trust_remote_code=trust_remote_code, device=device, dtype=dtype, overwrite=overwrite)
+                                 trust_remote_code=trust_remote_code, device=device, dtype=dtype, overwrite=overwrite,
+                                 tokenizer=tokenizer)
     if is_main_process():
         typer.echo(summary_line(index_built))
         typer.echo(f"  {index_built.path}")
@@ -52,7 +56,7 @@ def index(
 
 def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path | None, out: Path | None, cfg: Any, *,
                    allow_pickle: bool = False, trust_remote_code: bool = False, device: str = "auto",
-                   dtype: str = "auto", overwrite: bool = False) -> Any:
+                   dtype: str = "auto", overwrite: bool = False, tokenizer: Path | None = None) -> Any:
     """Check the inputs, load dataset and model, and build the index with a progress bar (rank 0 only)."""
     from gradian.cli.progress import one_bar
     from gradian.errors import ConfigError
@@ -76,6 +80,7 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
     if out is not None:  # before the model loads: a bad --out must not cost the whole build
         check_output_dir(out, "--out", error=GradientIndexError, beside=True)
         check_out_dir(Path(out).expanduser().absolute())
+    check_tokenizer_dir(tokenizer)
     examples = load_dataset(dataset)
     if out is not None and not overwrite:
         refuse_other_inputs(Path(out).expanduser().absolute(), getattr(examples, "sha256", None), adapter)
@@ -83,7 +88,7 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
 
     hf_logging.disable_progress_bar()  # one progress bar on stderr: ours
     loaded = LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
-                              device=placement.device, dtype=placement.dtype)
+                              device=placement.device, dtype=placement.dtype, tokenizer=tokenizer)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     label = "indexing" if world <= 1 else f"indexing (rank 0 of {world})"
     with one_bar(label, enabled=is_main_process()) as progress:

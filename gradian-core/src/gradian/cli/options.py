@@ -18,9 +18,19 @@ EvalDatasetOption = Annotated[Optional[Path], typer.Option("--eval-dataset", hel
 RunOption = Annotated[Optional[Path], typer.Option("--run", help="Run directory with the trainer config and logs.")]
 AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (read with torch.load(weights_only=True), which builds tensors only; off by default).")]
 BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
+TokenizerOption = Annotated[Optional[Path], typer.Option("--tokenizer", help="A tokenizer directory (with its chat template) to render the data with; default: the one saved next to the adapter, else in the run's checkpoints, else the base model's.")]
 TrustRemoteCodeFlag = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own Python code to run (off by default).")]
 DeviceOption = Annotated[str, typer.Option("--device", help="Where the model runs: auto (this rank's GPU, cuda:$LOCAL_RANK, when CUDA is visible, else mps when it is available, else cpu), cpu, cuda, cuda:N or mps.")]
 DtypeOption = Annotated[str, typer.Option("--dtype", help="dtype of the base model's weights: auto (bfloat16 on CUDA, float16 on a GPU without bfloat16 and on mps, float32 on cpu), float32, bfloat16 or float16 (not on cpu). LoRA weights and gradients stay float32.")]
+
+
+def check_tokenizer_dir(tokenizer: Path | None) -> None:
+    """--tokenizer must be a local directory; checked before any model loads."""
+    from gradian.errors import ConfigError
+
+    if tokenizer is not None and not Path(tokenizer).expanduser().is_dir():
+        raise ConfigError(f"--tokenizer {tokenizer} is not a directory",
+                          "pass the directory your trainer saved the tokenizer to (it holds tokenizer_config.json)")
 
 
 def load_cli_config(config: Path | None, overrides: list[str] | None):
