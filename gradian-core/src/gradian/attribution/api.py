@@ -139,9 +139,11 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         assignment = assign_clusters(config.attribution, examples, index)  # once: every cause is tested on it
         clusters = cluster_blame(np.asarray(scores.blame), assignment, permutations=config.attribution.permutations,
                                  seed=config.attribution.seed)
-        causes = find_causes(item_blame.matrix(), scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
-                             assignment, config.attribution, scores, clusters)
-        scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with the first cause
+        causes = None
+        if capability is not None:  # regressed items can have several causes; stand-in training targets cannot
+            causes = find_causes(item_blame.matrix(), scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
+                                 assignment, config.attribution, scores, clusters)
+            scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with cause 1
     with stages.stage("spans"):
         drills = _span_drills(capture, loaded.tokenizer, examples, scores, preconditioned, list(item_ids), config)
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
