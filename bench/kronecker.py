@@ -38,13 +38,14 @@ def score_case(workdir: Path, base_model: str, signal: str, budget: int) -> dict
     """recall@k and AUPRC of each variant on one case."""
     from accuracy import ranking_metrics
     from accuracy_methods import load_case, preconditioner, query
-    from projection import exact_config, sketcher, spearman, variant_rows, whitening_of_rows
+    from projection import exact_config, sketcher, spearman, variant_rows
 
+    from gradian.attribution.api import sample_moments
     from gradian.attribution.scoring import ArraySource, score_examples
     from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
     from gradian.grads.projection import plan_auto_projection
-    from gradian.grads.whitening import SCHEMES, sample_positions
+    from gradian.grads.whitening import SCHEMES
 
     kind, seed = workdir.name.rsplit("-", 1)
     scenario = make_scenario(kind, int(seed))
@@ -71,10 +72,11 @@ def score_case(workdir: Path, base_model: str, signal: str, budget: int) -> dict
     for kind_name in KINDS:  # exact: the index streamed as it is, the preconditioner on the query
         measured(f"{kind_name}, exact", case.index, preconditioner(case, kind_name).apply(queries))
     plan = plan_auto_projection(case.capture.blocks, config.grads.seed, budget)
-    sample = np.asarray(case.index.rows(sample_positions(case.index.num_examples, config.grads.seed)), np.float32)
+    # The sample's moments once, as the shipped kronecker preconditioner reads them; each scheme is a fit of them.
+    moments = sample_moments(case.index, attribution.chunk_bytes)
     for kind_name in KINDS:  # projected: transformed before the sketch, P = I after
-        whitening = whitening_of_rows(sample, case.capture.block_layout, attribution.damping,
-                                      attribution.damping_ratio, SCHEMES[kind_name])
+        whitening = moments.whitening(damping=attribution.damping, damping_ratio=attribution.damping_ratio,
+                                      scheme=SCHEMES[kind_name])
         sketch = sketcher(case.capture, plan, whitening)
         measured(f"{kind_name}, auto {budget:,}", ArraySource(variant_rows(case.index, sketch, "float16")),
                  sketch(queries).astype(np.float64))
