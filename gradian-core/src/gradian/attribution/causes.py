@@ -133,15 +133,19 @@ def _first_seen_order(labels: np.ndarray) -> np.ndarray:
 def _merged(labels: np.ndarray, item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
             assignment: ClusterAssignment, config: Any) -> list[Cause]:
     """Each group attributed; groups accusing the same cluster merged, and those accusing none merged."""
+    done: dict[tuple[int, ...], tuple[ExampleScores, ClusterResult]] = {}  # a group merged with none is not redone
     by_accused: dict[str | None, list[int]] = {}
     for group in range(int(labels.max()) + 1):
-        columns = [int(c) for c in np.flatnonzero(labels == group)]
-        accused = _attributed(columns, item_blame, ids, item_ids, assignment, config)[1].accused
+        columns = tuple(int(c) for c in np.flatnonzero(labels == group))
+        done[columns] = _attributed(list(columns), item_blame, ids, item_ids, assignment, config)
+        accused = done[columns][1].accused
         by_accused.setdefault(accused.name if accused else None, []).extend(columns)
     causes = []
-    for columns in by_accused.values():
-        scores, clusters = _attributed(sorted(columns), item_blame, ids, item_ids, assignment, config)
-        causes.append(Cause(tuple(item_ids[c] for c in sorted(columns)), scores, clusters))
+    for merged in by_accused.values():
+        columns = tuple(sorted(merged))
+        if columns not in done:
+            done[columns] = _attributed(list(columns), item_blame, ids, item_ids, assignment, config)
+        causes.append(Cause(tuple(item_ids[c] for c in columns), *done[columns]))
     return causes
 
 
