@@ -132,6 +132,23 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         # Scored as already preconditioned: applying P again would hold a second queries x dim float64 copy.
         item_blame = ItemBlameCollector()  # every example's per-item blame, for scores.csv, from the same read
         scores = score_with_config(index, preconditioned, config.attribution, item_ids=item_ids, item_sink=item_blame)
+        blame_matrix = item_blame.matrix()
+    ensemble = None
+    if config.attribution.checkpoints > 1:
+        with stages.stage("checkpoints") as tick:
+            def score_member(view: Any) -> tuple[np.ndarray, str]:
+                return _member_blame(view, examples, config, capability, eval_items, signal_choice, item_ids,
+                                     progress=tick, say=say)
+
+            ensemble = _score_checkpoints(loaded, run, blame_matrix, index.index_id, config, score_member,
+                                          allow_pickle=allow_pickle)
+            if ensemble.item_blame is not None:
+                from gradian.attribution.scoring import rescore_items
+
+                blame_matrix = ensemble.item_blame
+                scores = rescore_items(blame_matrix, scores.ids, item_ids, range(len(item_ids)),
+                                       aggregation=config.attribution.aggregation,
+                                       normalize=config.attribution.normalize, top_k=config.attribution.top_k)
     with stages.stage("clusters"):
         from gradian.attribution.causes import find_causes
         from gradian.attribution.clusters import assign_clusters, cluster_blame
@@ -141,15 +158,67 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                                  seed=config.attribution.seed)
         causes = None
         if capability is not None:  # regressed items can have several causes; stand-in training targets cannot
-            causes = find_causes(item_blame.matrix(), scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
+            causes = find_causes(blame_matrix, scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
                                  assignment, config.attribution, scores, clusters)
             scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with cause 1
     with stages.stage("spans"):
         drills = _span_drills(capture, loaded.tokenizer, examples, scores, preconditioned, list(item_ids), config)
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
-                  signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=item_blame.matrix(),
-                  item_ids=item_ids, causes=causes)
+                  signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=blame_matrix,
+                  item_ids=item_ids, causes=causes, ensemble=ensemble)
+
+
+@dataclass(frozen=True)
+class _Ensemble:
+    """What the checkpoint ensemble scored: the weighted blame (None: the adapter alone), members and a note."""
+
+    item_blame: np.ndarray | None
+    members: tuple[dict[str, Any], ...] = ()
+    note: str | None = None
+
+
+def _score_checkpoints(loaded: Any, run: str | Path | None, adapter_blame: np.ndarray, adapter_index_id: str,
+                       config: GradianConfig, score_member: Callable[[Any], tuple[np.ndarray, str]], *,
+                       allow_pickle: bool) -> _Ensemble:
+    """The per-item blame summed over the run's checkpoints (``attribution.checkpoints``), learning-rate weighted."""
+    from gradian.attribution.checkpoint_ensemble import ensemble_blame, plan_ensemble
+    from gradian.audit.training_format import run_dir_of_adapter
+
+    run_dir = Path(run) if run is not None else run_dir_of_adapter(loaded.adapter_dir)
+    plan = plan_ensemble(config.attribution.checkpoints, run_dir, loaded.adapter_dir, loaded.adapter_hash,
+                         allow_pickle=allow_pickle)
+    if len(plan.members) < 2:
+        return _Ensemble(None, note=plan.note)
+    summed = ensemble_blame(plan, loaded, adapter_blame, adapter_index_id, score_member, allow_pickle=allow_pickle)
+    return _Ensemble(summed.item_blame, summed.members, plan.note)
+
+
+def _member_blame(view: Any, examples: Sequence[Any], config: GradianConfig, capability: Any, eval_items: Any,
+                  signal_choice: Any, item_ids: Sequence[str], *, progress: Any = None,
+                  say: Callable[[str], None] | None = None) -> tuple[np.ndarray, str]:
+    """Per-item blame [examples, items] under one checkpoint's weights: its own index, queries and preconditioner."""
+    from gradian.attribution.preconditioners import from_config as fit_from_config
+    from gradian.attribution.scoring import ItemBlameCollector, score_with_config
+    from gradian.grads.capture import GradientCapture
+    from gradian.index.build import build_index
+
+    index = build_index(view, examples, config, None, progress=progress, say=say)  # kept in the index cache
+    capture = GradientCapture.for_index(view, config.grads, index)
+    if capability is not None:
+        queries, ids = _eval_queries(capture, view, capability, eval_items, config, signal_choice)
+    else:
+        queries, ids = _fallback_queries(index, examples, config)
+    if tuple(ids) != tuple(item_ids):
+        raise GradientIndexError(f"checkpoint {view.adapter_dir} was queried on other items than the adapter",
+                                 "report this with the gradian doctor output")
+    statistics = index_statistics(index, config.attribution.preconditioner, chunk_bytes=config.attribution.chunk_bytes)
+    preconditioner = fit_from_config(config.attribution, statistics,
+                                     adam_exp_avg_sq=_adam_state(view.adapter_dir, config, capture))
+    collector = ItemBlameCollector()
+    score_with_config(index, preconditioner.apply(queries), config.attribution, item_ids=item_ids,
+                      item_sink=collector)
+    return collector.matrix(), index.index_id
 
 
 def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_bytes: int | None = None) -> Any:
@@ -378,19 +447,23 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
            scores: Any, capability: Any, preconditioner: Any, clusters: Any, drills: list[Any],
            examples: Sequence[Any], signal_choice: Any, warnings: Sequence[Any] = (),
            item_blame: np.ndarray | None = None, item_ids: Sequence[str] | None = None,
-           causes: Any = None) -> AttributionOutcome:
-    from gradian.report import attribution_report, no_capability_target_report, write_report
+           causes: Any = None, ensemble: _Ensemble | None = None) -> AttributionOutcome:
+    from gradian.report import ReportWarning, attribution_report, no_capability_target_report, write_report
 
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}
     provenance = _provenance(config, command, index)
+    members = ensemble.members if ensemble is not None else ()
+    if ensemble is not None and ensemble.note:
+        warnings = [*warnings, ReportWarning("attribution.checkpoints", ensemble.note)]
     if capability is None:
         report = no_capability_target_report(scores=scores, preconditioner=preconditioner, texts=texts,
                                              provenance=provenance, clusters=clusters, spans=drills,
-                                             warnings=warnings)
+                                             warnings=warnings, checkpoints=members)
     else:
         report = attribution_report(scores=scores, capability=capability, preconditioner=preconditioner,
                                     texts=texts, provenance=provenance, clusters=clusters, spans=drills,
-                                    query_signal=signal_choice, warnings=warnings, causes=causes)
+                                    query_signal=signal_choice, warnings=warnings, causes=causes,
+                                    checkpoints=members)
     files = write_report(report, Path(out), scores=scores, clusters=clusters, item_blame=item_blame,
                          item_ids=item_ids)
     return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
+from gradian.report.json_report import checkpoints_text
+
 SHOWN_CLUSTERS = 15
 SHOWN_ITEMS = 10
 CELL_CHARS = 200
@@ -175,6 +177,8 @@ def _method(method: Mapping[str, Any]) -> str:
              + (f" and {len(method['query_items']) - SHOWN_ITEMS} more" if len(method['query_items']) > SHOWN_ITEMS
                 else ""),
              f"index read {method['index_passes']} time(s), in chunks"]
+    if method.get("checkpoints"):
+        items.append(checkpoints_text(method["checkpoints"]))
     return _section("Method", "<ul>" + "".join(f"<li>{escape(item)}</li>" for item in items) + "</ul>")
 
 

@@ -91,7 +91,7 @@ def attribution_report(*, scores: ExampleScores, capability: Any, preconditioner
                        texts: Mapping[str, str], provenance: Provenance, clusters: ClusterResult | None = None,
                        spans: Sequence[SpanDrill] = (), warnings: Sequence[ReportWarning] = (),
                        query_signal: Any = None, top_k: int | None = None,
-                       causes: CauseSplit | None = None) -> dict[str, Any]:
+                       causes: CauseSplit | None = None, checkpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The report of an attributed regression: ``capability`` is the evaluation's CapabilityResult."""
     signal = _query_signal_dict(query_signal if query_signal is not None else capability.query_signal)
     notes = list(warnings)
@@ -107,7 +107,7 @@ def attribution_report(*, scores: ExampleScores, capability: Any, preconditioner
     summary = f"{_attributed_summary(capability_dict, top, clusters)} {_causes_sentence(causes)}".strip()
     verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, clusters)}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
-                     method=method_summary(scores, preconditioner, clusters), top_examples=top,
+                     method=method_summary(scores, preconditioner, clusters, checkpoints), top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
                      warnings=_with_normalize_warning(notes, scores), provenance=provenance,
                      causes=_causes_list(causes))
@@ -116,7 +116,8 @@ def attribution_report(*, scores: ExampleScores, capability: Any, preconditioner
 def no_capability_target_report(*, scores: ExampleScores, preconditioner: Preconditioner, texts: Mapping[str, str],
                                 provenance: Provenance, clusters: ClusterResult | None = None,
                                 spans: Sequence[SpanDrill] = (), warnings: Sequence[ReportWarning] = (),
-                                top_k: int | None = None) -> dict[str, Any]:
+                                top_k: int | None = None,
+                                checkpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The report of a run without an eval set: attributed against the first training examples, flagged."""
     targets = list(scores.item_ids)
     signal = {"requested": None, "effective": "classic",
@@ -129,7 +130,7 @@ def no_capability_target_report(*, scores: ExampleScores, preconditioner: Precon
                "summary": summary, **_accusation(top, clusters)}
     notes = [ReportWarning(NO_CAPABILITY_TARGET_CODE, NO_CAPABILITY_TARGET_TEXT), *warnings]
     return _assemble(verdict=verdict, capability=None, query_signal=signal,
-                     method=method_summary(scores, preconditioner, clusters), top_examples=top,
+                     method=method_summary(scores, preconditioner, clusters, checkpoints), top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
                      warnings=_with_normalize_warning(notes, scores), provenance=provenance)
 
@@ -172,8 +173,8 @@ def capability_summary(capability: Any) -> dict[str, Any]:
     }
 
 
-def method_summary(scores: ExampleScores, preconditioner: Preconditioner,
-                   clusters: ClusterResult | None = None) -> dict[str, Any]:
+def method_summary(scores: ExampleScores, preconditioner: Preconditioner, clusters: ClusterResult | None = None,
+                   checkpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """How blame was computed: preconditioner and its knobs, normalization, aggregation, the query items."""
     method: dict[str, Any] = {
         "blame": "-(P q) . g_i; positive = training on the example pushed the model toward the failure",
@@ -185,11 +186,25 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner,
         "query_items": list(scores.item_ids),
         "index_passes": int(scores.passes),
     }
+    if checkpoints:  # TracIn-CP: the blame is the learning-rate weighted sum over these points of the run
+        method["checkpoints"] = [dict(member) for member in checkpoints]
     if clusters is not None:
         method["clusters"] = {"method": clusters.assignment.method, "field": clusters.assignment.field,
                               "knobs": _jsonable(dict(clusters.assignment.knobs)),
                               "permutations": clusters.permutations, "seed": clusters.seed, "alpha": clusters.alpha}
     return method
+
+
+def checkpoints_text(members: Sequence[Mapping[str, Any]]) -> str:
+    """The scored points of the run in one line: step and weight of each, the adapter marked."""
+    def point(member: Mapping[str, Any]) -> str:
+        step = "" if member.get("step") is None else f"step {member['step']}"
+        name = f"the adapter ({step})" if member.get("is_adapter") and step else "the adapter" if member.get(
+            "is_adapter") else step
+        return f"{name} x {member['weight']:.3g}"
+
+    return (f"blame summed over {len(members)} points of the run, weighted by learning rate (TracIn-CP): "
+            + ", ".join(point(member) for member in members))
 
 
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:

@@ -9,6 +9,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gradian.report.json_report import checkpoints_text
+
 SHOWN_CLUSTERS = 15
 SHOWN_ITEMS = 10
 CELL_CHARS = 80
@@ -190,6 +192,8 @@ def _method(method: Mapping[str, Any]) -> str:
              f"- aggregation over items: {_aggregation(method['aggregation'])}",
              f"- query items ({len(method['query_items'])}): {_listing(method['query_items'])}",
              f"- index read {method['index_passes']} time(s), in chunks"]
+    if method.get("checkpoints"):
+        lines.append(f"- {checkpoints_text(method['checkpoints'])}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,154 @@
+"""Blame summed over several checkpoints of the run (TracIn-CP): which checkpoints, their weights, the weighted blame.
+
+By the end of training the rows that caused a regression are fitted and their gradients are small; TracIn-CP
+(Pruthi et al. 2020) sums the influence over checkpoints along the run, each weighted by the learning rate
+there: blame = sum_c w_c B_c with B_c the per-item blame [examples, items] under checkpoint c's adapter and
+w_c = lr_c / sum lr. ``attribution.checkpoints`` members: the adapter given, plus the run's checkpoints nearest
+to evenly spaced steps before it (bench/results/checkpoints.md measured the gain and the index cost).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradian.errors import GradianError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EnsembleMember:
+    """One point of the run that is scored: its step, adapter dir, the learning rate logged there, its weight."""
+
+    step: int | None  # None when the run logged no step for the adapter given
+    adapter_dir: Path
+    learning_rate: float | None
+    weight: float
+    is_adapter: bool  # the adapter given, scored with the main index
+
+    def to_dict(self, index_id: str | None) -> dict[str, Any]:
+        """The member as the report's method section lists it."""
+        return {"step": self.step, "adapter": str(self.adapter_dir), "learning_rate": self.learning_rate,
+                "weight": round(self.weight, 6), "is_adapter": self.is_adapter, "index_id": index_id}
+
+
+@dataclass(frozen=True)
+class EnsemblePlan:
+    """The members to score (empty: the adapter alone) and, when fewer than asked, why."""
+
+    members: tuple[EnsembleMember, ...] = ()
+    note: str | None = None
+
+
+def plan_ensemble(count: int, run_dir: Path | None, adapter_dir: Path | None, adapter_hash: str | None, *,
+                  allow_pickle: bool = False) -> EnsemblePlan:
+    """Up to ``count`` members: the adapter and the run's checkpoints nearest to evenly spaced steps before it."""
+    if count <= 1:
+        return EnsemblePlan()
+    if run_dir is None or adapter_dir is None:
+        return EnsemblePlan(note=f"attribution.checkpoints is {count}, but no training run was found next to the "
+                                 "adapter, so it was scored alone; pass --run with the run's output dir")
+    from gradian.audit.runlog import read_run
+    from gradian.audit.runlog.hf_trainer import checkpoints
+    from gradian.model.adapter_swap import checkpoint_hash
+
+    try:
+        artifact = read_run(run_dir)
+    except GradianError as error:
+        return EnsemblePlan(note=f"the run at {run_dir} could not be read ({error.one_line()}), so the adapter was "
+                                 "scored alone")
+    found = [(int(folder.name.rsplit("-", 1)[1]), folder) for folder in checkpoints(run_dir)
+             if any((folder / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin"))]
+    final_step = artifact.global_step
+    if found and adapter_hash is not None and checkpoint_hash(found[-1][1], allow_pickle=allow_pickle) == adapter_hash:
+        final_step = found.pop()[0]  # the last checkpoint is the adapter itself
+    earlier = [(step, folder) for step, folder in found if final_step is None or step < final_step]
+    if final_step is None and earlier:
+        final_step = earlier[-1][0]
+    chosen = _evenly_spaced(earlier, final_step or 0, count - 1)
+    rates = sorted((m.step, float(m.learning_rate)) for m in artifact.metrics if m.learning_rate is not None)
+    points = [(step, folder, False) for step, folder in chosen] + [(final_step, adapter_dir, True)]
+    learning_rates = [_rate_at(rates, step) for step, _, _ in points]
+    weights = _weights(learning_rates)
+    members = tuple(EnsembleMember(step, Path(folder), rate, weight, is_adapter)
+                    for (step, folder, is_adapter), rate, weight in zip(points, learning_rates, weights, strict=True))
+    notes = []
+    if len(members) < count:
+        notes.append(f"attribution.checkpoints is {count}, and the run at {run_dir} kept "
+                     f"{len(chosen)} checkpoint{'s' if len(chosen) != 1 else ''} before the adapter, "
+                     f"so {len(members)} point{'s' if len(members) != 1 else ''} of the run were scored")
+    if len(members) > 1 and not all(rate is not None for rate in learning_rates):
+        notes.append("the run logged no learning rate, so its checkpoints were weighted equally")
+    return EnsemblePlan(members, "; ".join(notes) or None)
+
+
+def _evenly_spaced(found: Sequence[tuple[int, Path]], final_step: int, wanted: int) -> list[tuple[int, Path]]:
+    """The checkpoints nearest to steps final_step x j / (wanted + 1), j = 1..wanted, each at most once, oldest first."""
+    if wanted <= 0 or not found:
+        return []
+    if len(found) <= wanted:
+        return list(found)
+    chosen: list[tuple[int, Path]] = []
+    left = list(found)
+    for j in range(1, wanted + 1):
+        target = final_step * j / (wanted + 1)
+        nearest = min(left, key=lambda entry: (abs(entry[0] - target), entry[0]))
+        left.remove(nearest)
+        chosen.append(nearest)
+    return sorted(chosen, key=lambda entry: entry[0])
+
+
+def _rate_at(rates: Sequence[tuple[int, float]], step: int | None) -> float | None:
+    """The learning rate last logged at or before ``step`` (the first logged one before any log)."""
+    if not rates:
+        return None
+    if step is None:
+        return rates[-1][1]
+    before = [rate for logged, rate in rates if logged <= step]
+    return before[-1] if before else rates[0][1]
+
+
+def _weights(rates: Sequence[float | None]) -> list[float]:
+    """lr / sum(lr), or equal weights when some rate is unknown or they sum to nothing."""
+    if all(rate is not None and rate >= 0 for rate in rates):
+        total = float(sum(rates))  # type: ignore[arg-type]
+        if total > 0:
+            return [float(rate) / total for rate in rates]  # type: ignore[arg-type]
+    return [1.0 / len(rates)] * len(rates)
+
+
+@dataclass(frozen=True)
+class EnsembleBlame:
+    """The weighted per-item blame [examples, items] and the members with the index each was scored on."""
+
+    item_blame: np.ndarray
+    members: tuple[dict[str, Any], ...]
+
+
+def ensemble_blame(plan: EnsemblePlan, loaded: Any, adapter_blame: np.ndarray, adapter_index_id: str | None,
+                   score_member: Callable[[Any], tuple[np.ndarray, str]], *,
+                   allow_pickle: bool = False) -> EnsembleBlame:
+    """sum_c w_c B_c over the plan's members; ``score_member(view)`` gives (B_c, index id) under checkpoint c."""
+    from gradian.model.adapter_swap import checkpoint_weights
+
+    total = np.zeros_like(np.asarray(adapter_blame, dtype=np.float64))
+    records = []
+    for member in plan.members:
+        if member.is_adapter:
+            blame, index_id = adapter_blame, adapter_index_id
+        else:
+            with checkpoint_weights(loaded, member.adapter_dir, allow_pickle=allow_pickle) as view:
+                blame, index_id = score_member(view)
+        if blame.shape != total.shape:
+            raise GradianError(f"checkpoint {member.adapter_dir} gave blame of shape {blame.shape}, the adapter "
+                               f"{total.shape}", "report this with the gradian doctor output")
+        total += member.weight * np.asarray(blame, dtype=np.float64)
+        records.append(member.to_dict(index_id))
+        logger.info("scored checkpoint %s (weight %.3g)", member.adapter_dir, member.weight)
+    return EnsembleBlame(total, tuple(records))

@@ -1,0 +1,146 @@
+"""TracIn-CP in `gradian attribute`: the checkpoints chosen, their learning-rate weights, and the summed blame.
+
+The sum is checked against each checkpoint attributed on its own (a fresh model load per checkpoint, not the
+in-place weight swap the ensemble uses), on a run written by the real transformers.Trainer through `gradian train`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gradian.attribution.checkpoint_ensemble import _evenly_spaced, _rate_at, _weights, plan_ensemble
+from gradian.cli.app import main
+from gradian.errors import ModelError
+from tests.core.checking_reports import write_dataset, write_eval
+from tests.core.test_report_files import _read_scores_csv
+from tests.trainer_hf.chat_data import QUICK
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """The checkpoints' indexes go to the index cache: a fresh one per test, never the user's."""
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_base_dir, tmp_path_factory):
+    """A 3-step `gradian train` run on the tiny Llama: out/adapter, out/run/checkpoint-1..3 with trainer_state.json."""
+    root = tmp_path_factory.mktemp("ensemble")
+    dataset = write_dataset(root / "train.jsonl")
+    argv = ["train", "--base-model", str(tiny_base_dir), "--dataset", str(dataset), "--out", str(root / "out"),
+            "--set", "train.learning_rate=1e-2", "--set", "train.scheduler=linear", "--set", "train.warmup_ratio=0"]
+    for override in QUICK:
+        argv += ["--set", override]
+    assert main(argv) == 0
+    return {"root": root, "dataset": dataset, "adapter": root / "out" / "adapter", "run": root / "out" / "run"}
+
+
+def _attribute(trained, tiny_base_dir, out: Path, adapter: Path, *extra: str) -> dict:
+    argv = ["attribute", "--base-model", str(tiny_base_dir), "--adapter", str(adapter), "--dataset",
+            str(trained["dataset"]), "--out", str(out), "--set", "attribution.cluster_field=source",
+            "--set", "evaluation.require_significant=false", *extra]
+    assert main(argv) == 0
+    return json.loads((out / "report.json").read_text())
+
+
+def _item_blame(out: Path, items: list[str]) -> np.ndarray:
+    rows = sorted(_read_scores_csv(out / "scores.csv"), key=lambda row: int(row["position"]))
+    return np.array([[float(row[f"item:{item}"]) for item in items] for row in rows])
+
+
+def test_summed_blame_equals_each_checkpoint_attributed_alone_weighted_by_learning_rate(trained, tiny_base_dir,
+                                                                                        tmp_path):
+    root = tmp_path
+    report = _attribute(trained, tiny_base_dir, root / "ensemble", trained["adapter"],
+                        "--run", str(trained["run"]), "--set", "attribution.checkpoints=3")
+    members = report["method"]["checkpoints"]
+    assert [m["is_adapter"] for m in members] == [False, False, True]
+    assert [m["step"] for m in members] == [1, 2, 3]
+    assert sum(m["weight"] for m in members) == pytest.approx(1.0)
+    rates = [m["learning_rate"] for m in members]
+    assert rates[0] > rates[1] > rates[2] >= 0  # linear decay, no warmup
+    assert [m["weight"] for m in members] == pytest.approx([r / sum(rates) for r in rates], rel=1e-5)
+    assert len({m["index_id"] for m in members}) == 3
+    items = report["method"]["query_items"]  # no eval set: the first training rows stand in as the target
+    expected = 0
+    for member in members:
+        alone = root / f"alone-{member['step']}"
+        _attribute(trained, tiny_base_dir, alone, Path(member["adapter"]))
+        expected = expected + member["weight"] * _item_blame(alone, items)
+    np.testing.assert_allclose(_item_blame(root / "ensemble", items), expected, rtol=1e-5, atol=1e-9)
+    assert "TracIn-CP" in (root / "ensemble" / "report.md").read_text()
+
+
+def test_an_eval_set_run_scores_every_member_on_the_adapters_regressed_items(trained, tiny_base_dir, tmp_path):
+    evals = write_eval(tmp_path / "eval.jsonl")
+    report = _attribute(trained, tiny_base_dir, tmp_path / "out", trained["adapter"], "--eval-dataset", str(evals),
+                        "--set", "attribution.checkpoints=2")
+    # the run is found next to the adapter (gradian train's out/adapter beside out/run) without --run
+    assert [m["step"] for m in report["method"]["checkpoints"]] == [1, 3]  # step 1.5 is a tie: the earlier
+    assert report["verdict"]["kind"] == "attributed" and len(report["top_examples"]) > 0
+
+
+def test_no_run_scores_the_adapter_alone_and_says_so(trained, tiny_base_dir, tiny_adapter_dir, tmp_path):
+    report = _attribute(trained, tiny_base_dir, tmp_path / "out", tiny_adapter_dir,
+                        "--set", "attribution.checkpoints=4")
+    assert "checkpoints" not in report["method"]
+    notes = [w["message"] for w in report["warnings"] if w["code"] == "attribution.checkpoints"]
+    assert len(notes) == 1 and "pass --run" in notes[0]
+
+
+def test_the_weight_swap_gives_the_checkpoints_weights_and_puts_the_adapters_back(trained, tiny_base_dir):
+    from safetensors.torch import load_file
+
+    from gradian.model.adapter_swap import checkpoint_weights
+    from gradian.model.loaded import LoadedModel
+
+    loaded = LoadedModel.load(tiny_base_dir, trained["adapter"])
+    before = {n: p.detach().clone() for n, p in loaded.model.named_parameters() if p.requires_grad}
+    checkpoint = trained["run"] / "checkpoint-1"
+    saved = load_file(str(checkpoint / "adapter_model.safetensors"))
+    with checkpoint_weights(loaded, checkpoint) as view:
+        assert view.adapter_hash == LoadedModel.load(tiny_base_dir, checkpoint).adapter_hash != loaded.adapter_hash
+        live = dict(view.model.named_parameters())
+        for key, tensor in saved.items():
+            name = key.replace(".weight", ".default.weight")
+            assert torch.equal(live[name].detach(), tensor.to(torch.float32)), key
+    after = {n: p.detach() for n, p in loaded.model.named_parameters() if p.requires_grad}
+    assert all(torch.equal(before[n], after[n]) for n in before)
+
+
+def test_a_checkpoint_of_another_adapter_is_refused(trained, tiny_base_dir, tiny_adapter_dir):
+    from gradian.model.adapter_swap import checkpoint_weights
+    from gradian.model.loaded import LoadedModel
+
+    loaded = LoadedModel.load(tiny_base_dir, trained["adapter"])
+    with pytest.raises(ModelError, match="is not a checkpoint of the adapter"), \
+            checkpoint_weights(loaded, tiny_adapter_dir):
+        pass
+
+
+def test_plan_picks_the_checkpoints_nearest_evenly_spaced_steps(trained):
+    from gradian.model.adapter_swap import checkpoint_hash
+
+    adapter_hash = checkpoint_hash(trained["adapter"])
+    plan = plan_ensemble(2, trained["run"], trained["adapter"], adapter_hash)
+    assert [(m.step, m.is_adapter) for m in plan.members] == [(1, False), (3, True)] and plan.note is None
+    plan = plan_ensemble(9, trained["run"], trained["adapter"], adapter_hash)
+    assert len(plan.members) == 3 and "kept 2 checkpoints before the adapter" in plan.note
+    assert plan_ensemble(1, trained["run"], trained["adapter"], adapter_hash).members == ()
+
+
+def test_evenly_spaced_rates_and_weights():
+    found = [(step, Path(f"checkpoint-{step}")) for step in (100, 200, 300, 400, 500, 600, 700)]
+    assert [s for s, _ in _evenly_spaced(found, 800, 3)] == [200, 400, 600]
+    assert [s for s, _ in _evenly_spaced(found[:2], 800, 3)] == [100, 200]
+    assert _evenly_spaced(found, 800, 0) == []
+    rates = [(10, 3e-4), (20, 2e-4), (30, 1e-4)]
+    assert _rate_at(rates, 25) == 2e-4 and _rate_at(rates, 5) == 3e-4 and _rate_at(rates, None) == 1e-4
+    assert _rate_at([], 5) is None
+    assert _weights([3.0, 1.0]) == [0.75, 0.25]
+    assert _weights([None, 1.0]) == [0.5, 0.5] and _weights([0.0, 0.0]) == [0.5, 0.5]
