@@ -269,14 +269,33 @@ _REPLACED = {"attribution.chunk_size": "attribution.chunk_mb (a memory budget in
 
 
 def _unknown(key: str, known: list[str]) -> ConfigError:
+    """An unknown section or key, with a did-you-mean taken only from the right level: sections for a section,
+    the keys of the section named for a key (never a look-alike key of an unrelated section)."""
     import difflib
 
     if key in _REPLACED:
         return ConfigError(f"config key {key} no longer exists", f"use {_REPLACED[key]}")
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], [k.rsplit(".", 1)[-1] for k in known], n=1)
-    suggestion = next((k for k in known if close and k.endswith("." + close[0])), None)
-    hint = f"did you mean {suggestion}?" if suggestion else "known keys: " + ", ".join(known[:12]) + ", ..."
-    return ConfigError(f"unknown config key {key}", hint)
+    section, dot, name = key.partition(".")
+    sections = list(SECTIONS)
+    if section not in SECTIONS:
+        guess = _SECTION_ALIASES.get(section.lower()) or next(iter(difflib.get_close_matches(section, sections, n=1)), None)
+        what = f"config section {section}" if not dot else f"config key {key}: there is no section {section}"
+        if guess is None:
+            return ConfigError(f"unknown {what}", "the sections are " + ", ".join(sections))
+        if dot and f"{guess}.{name}" in known:
+            return ConfigError(f"unknown {what}", f"did you mean {guess}.{name}?")
+        return ConfigError(f"unknown {what}", f"did you mean section {guess}?")
+    names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+    close = difflib.get_close_matches(name, names, n=1) or [n for n in names if name and (name in n or n in name)][:1]
+    if close:
+        return ConfigError(f"unknown config key {key}", f"did you mean {section}.{close[0]}?")
+    return ConfigError(f"unknown config key {key}", f"the keys of {section} are " + ", ".join(names)
+                       + " (gradian config --list shows them with their help)")
+
+
+# Section names people write from other tools' configs.
+_SECTION_ALIASES = {"eval": "evaluation", "training": "train", "trainer": "train", "lora": "train", "grad": "grads",
+                    "gradients": "grads", "attribute": "attribution", "diagnostics": "diagnose", "audit": "diagnose"}
 
 
 def known_keys() -> list[str]:
@@ -292,7 +311,7 @@ def build_config(data: dict[str, Any] | None) -> GradianConfig:
     sections = {}
     for name, values in data.items():
         if name not in SECTIONS:
-            raise _unknown(str(name), list(SECTIONS) + known_keys())
+            raise _unknown(str(name), known_keys())
         if values is None:
             continue
         if not isinstance(values, dict):
@@ -306,6 +325,10 @@ def build_config(data: dict[str, Any] | None) -> GradianConfig:
             if key not in fields:
                 raise _unknown(dotted, known_keys())
             kwargs[key] = _coerce(dotted, value, fields[key], hints[key])
+        if name == "grads" and kwargs.get("module_filter"):  # a broken regex: refused here, before any model loads
+            from gradian.model.lora_blocks import compile_module_filter
+
+            compile_module_filter(kwargs["module_filter"])
         sections[name] = cls(**kwargs)
     return GradianConfig(**sections)
 
