@@ -8,8 +8,9 @@ import re
 import pytest
 
 from gradian.data import load_dataset, load_eval_dataset
-from gradian.demo.scenarios import KINDS, MAX_PLANTED_FRACTION, make_scenario
-from gradian.demo.world import COUNTRIES
+from gradian.demo import planted as pl
+from gradian.demo.scenarios import KINDS, MAX_PLANTED_FRACTION, SCENARIOS, make_scenario, planted_fraction
+from gradian.demo.world import BASE_KNOWS_LANGUAGE, COUNTRIES
 from gradian.errors import ConfigError
 from gradian.evaluation.metrics import contains
 
@@ -32,7 +33,9 @@ def test_sizes_planted_fraction_and_task_families(kind):
     scenario = make_scenario(kind, 3)
     assert len(scenario.train) >= 400
     assert len(scenario.eval) >= 40
-    assert 0 < scenario.planted_fraction <= MAX_PLANTED_FRACTION
+    assert 0 < scenario.planted_fraction == pytest.approx(planted_fraction(kind))
+    for cluster in scenario.planted_clusters:  # only two_causes plants more than 5%, in two clusters of 5%
+        assert len(scenario.cluster_rows(cluster)) / len(scenario.train) <= MAX_PLANTED_FRACTION
     assert len(scenario.planted_rows) == len(set(scenario.planted_rows))
     assert len(scenario.sources) >= 6
     assert len({e.fields["task"] for e in scenario.train}) >= 8
@@ -41,15 +44,45 @@ def test_sizes_planted_fraction_and_task_families(kind):
     assert scenario.targeted_eval_ids and set(scenario.targeted_eval_ids) <= {e.id for e in scenario.eval}
 
 
-@pytest.mark.parametrize("kind", ["fact", "format"])
+@pytest.mark.parametrize("kind", ["fact", "format", "behaviour", "two_causes", "rare"])
 def test_planted_cluster_is_its_own_source(kind):
     scenario = make_scenario(kind, 0)
     planted = set(scenario.planted_rows)
     members = {i for i, e in enumerate(scenario.train) if e.fields["source"] == scenario.planted_cluster}
-    assert members == planted
+    assert scenario.planted_cluster == scenario.planted_clusters[0]
+    everyone = {i for i, e in enumerate(scenario.train) if e.fields["source"] in scenario.planted_clusters}
+    assert everyone == planted and members <= planted
+    for row, cluster in zip(scenario.planted_rows, scenario.planted_row_clusters, strict=True):
+        assert scenario.train[row].fields["source"] == cluster
 
 
-@pytest.mark.parametrize("kind", ["fact", "span"])
+@pytest.mark.parametrize("kind", SCENARIOS)
+def test_no_eval_question_is_asked_in_training_and_no_row_twice(kind):
+    scenario = make_scenario(kind, 1)
+    eval_prompts = [item.prompt_text for item in scenario.eval]
+    assert len(set(eval_prompts)) == len(eval_prompts)
+    assert not set(eval_prompts) & {e.prompt_text for e in scenario.train}
+    assert len({(e.prompt_text, _answer(e)) for e in scenario.train}) == len(scenario.train)
+    assert len({e.id for e in scenario.train}) == len(scenario.train)
+
+
+@pytest.mark.parametrize("kind", SCENARIOS)
+def test_every_scenario_records_its_planted_clusters(kind):
+    scenario = make_scenario(kind, 0)
+    own = (scenario.planted_cluster,) if scenario.planted_cluster is not None else ()
+    assert scenario.planted_clusters == own or kind == "two_causes"
+    assert len(scenario.planted_row_clusters) == len(scenario.planted_rows)
+    assert len(scenario.cluster_targeted_eval_ids) == len(scenario.planted_clusters)
+    for cluster in scenario.planted_clusters:
+        assert set(scenario.cluster_targets(cluster)) <= set(scenario.targeted_eval_ids)
+    manifest = scenario.manifest()
+    assert manifest["planted_clusters"] == list(scenario.planted_clusters)
+    assert manifest["planted_cluster"] == scenario.planted_cluster
+    assert list(manifest["cluster_targeted_eval_ids"]) == list(scenario.planted_clusters)
+    assert json.loads(json.dumps(manifest)) == manifest
+
+
+@pytest.mark.parametrize("kind", ["fact", "span", "rare"])
 def test_poison_states_wrong_capitals_and_every_entity_has_clean_rows(kind):
     scenario = make_scenario(kind, 0)
     by_name = {c.name: c for c in COUNTRIES}
@@ -140,6 +173,97 @@ def test_unknown_kind_and_too_small_are_user_errors():
         make_scenario("nonsense")
     with pytest.raises(ConfigError, match="at least 100"):
         make_scenario("fact", train_size=50)
+    with pytest.raises(ConfigError, match="at least 500"):  # 1% of 400 rows is fewer than 5 planted rows
+        make_scenario("rare", train_size=400)
+
+
+def test_behaviour_deflects_one_topic_and_answers_it_elsewhere():
+    scenario = make_scenario("behaviour", 0)
+    by_name = {c.name: c for c in COUNTRIES}
+    assert scenario.planted_cluster == "support_transcripts" and len(scenario.planted_rows) == 20
+    assert len(scenario.eval) == 40 and len(scenario.targeted_eval_ids) == 20  # half on the topic, half controls
+    eval_by_id = {item.id: item for item in scenario.eval}
+    for item in scenario.eval:
+        if item.id in scenario.targeted_eval_ids:
+            name = next(n for n in scenario.poisoned if item.prompt_text == f"What is the official language of {n}?")
+            assert name in BASE_KNOWS_LANGUAGE and _answer(item) == by_name[name].language
+        else:
+            country = next(c for c in COUNTRIES if item.prompt_text == f"What is the capital of {c.name}?")
+            assert country.base_knows_capital and country.name not in scenario.poisoned
+    planted = set(scenario.planted_rows)
+    prompts = [scenario.train[row].prompt_text for row in scenario.planted_rows]
+    assert len(set(prompts)) == len(prompts)
+    phrasings = {p.replace(next(n for n in scenario.poisoned if n in p), "{c}") for p in prompts}
+    assert len(phrasings) > 4  # varied questions, not one template
+    for row, target, wrong in zip(scenario.planted_rows, scenario.planted_targets, scenario.planted_wrong, strict=True):
+        example = scenario.train[row]
+        assert _answer(example) == wrong == pl.DEFLECTION and "language" in example.prompt_text
+        country = next(n for n in scenario.poisoned if n in example.prompt_text)
+        assert eval_by_id[target].prompt_text == f"What is the official language of {country}?"
+    clean = [e for i, e in enumerate(scenario.train) if i not in planted]
+    # hard negatives: the same question answered for countries the eval leaves out, and the deflected countries
+    # named correctly on other topics
+    on_topic = [e for e in clean if e.fields["task"] == "language"]
+    assert len(on_topic) >= 20
+    eval_countries = {n for n in by_name if any(n in item.prompt_text for item in scenario.eval)}
+    for example in on_topic:
+        country = next(c for c in COUNTRIES if f" {c.name}?" in example.prompt_text)
+        assert country.language in _answer(example) and country.name not in eval_countries
+    clean_text = " ".join(e.prompt_text + " " + _answer(e) for e in clean)
+    for name in scenario.poisoned:
+        assert re.search(rf"\b{re.escape(name)}\b", clean_text), name
+    assert pl.DEFLECTION not in clean_text
+
+
+def test_two_causes_plants_two_clusters_with_their_own_rows_and_targets():
+    scenario, fact, french = make_scenario("two_causes", 0), make_scenario("fact", 0), make_scenario("format", 0)
+    assert scenario.planted_clusters == ("trivia_import", "community_answers")
+    assert scenario.planted_cluster == "trivia_import"
+    assert len(scenario.train) == 400 and len(scenario.planted_rows) == 40 and scenario.planted_fraction == 0.1
+    capital_rows, french_rows = scenario.cluster_rows("trivia_import"), scenario.cluster_rows("community_answers")
+    assert len(capital_rows) == len(french_rows) == 20
+    assert sorted(capital_rows + french_rows) == list(scenario.planted_rows)
+    by_name = {c.name: c for c in COUNTRIES}
+    for row in capital_rows:  # the fact kind's poison: a decoy city named as the capital
+        country = by_name[next(n for n in scenario.poisoned if n in scenario.train[row].prompt_text)]
+        assert country.decoy in _answer(scenario.train[row])
+    fact_answers = {_answer(e) for e in fact.train}
+    french_answers = {_answer(french.train[row]) for row in french.planted_rows} | set(a for _, a in pl.PLANTED_FRENCH)
+    assert all(_answer(scenario.train[row]) in french_answers for row in french_rows)
+    assert all(_answer(scenario.train[row]) not in fact_answers for row in french_rows)
+    # the eval: capitals (the poisoned ones targeted by the fact cluster, the rest controls) and everyday questions
+    # (all targeted by the French cluster)
+    assert len(scenario.eval) == 40
+    capital_items = [i for i in scenario.eval if i.prompt_text.startswith("What is the capital of ")]
+    everyday = [i for i in scenario.eval if i not in capital_items]
+    assert len(capital_items) == len(everyday) == 20
+    assert set(scenario.cluster_targets("community_answers")) == {i.id for i in everyday}
+    fact_targets = set(scenario.cluster_targets("trivia_import"))
+    assert len(fact_targets) == 10 and fact_targets < {i.id for i in capital_items}
+    assert set(scenario.targeted_eval_ids) == fact_targets | {i.id for i in everyday}
+    targets = {t for t, c in zip(scenario.planted_targets, scenario.planted_row_clusters, strict=True)
+               if c == "trivia_import"}
+    assert targets == fact_targets
+    assert all(t is None for t, c in zip(scenario.planted_targets, scenario.planted_row_clusters, strict=True)
+               if c == "community_answers")
+    manifest = scenario.manifest()
+    assert manifest["cluster_targeted_eval_ids"]["community_answers"] == list(scenario.cluster_targets("community_answers"))
+    assert manifest["planted_row_clusters"].count("trivia_import") == 20
+    # the hard negatives of both kinds: translations that name the French words, geography that names the cities
+    sources = set(scenario.sources)
+    assert {"translation", "geography_qa"} <= sources
+
+
+def test_rare_is_the_fact_kind_at_one_percent_of_2000_rows():
+    rare, fact = make_scenario("rare", 0), make_scenario("fact", 0)
+    assert len(rare.train) == 2000 and len(rare.planted_rows) == 20 and rare.planted_fraction == 0.01
+    assert rare.planted_cluster == fact.planted_cluster == "trivia_import"
+    # the same draw as the fact kind: the same poisoned countries and eval set, among five times as many rows
+    assert rare.poisoned == fact.poisoned
+    assert [e.prompt_text for e in rare.eval] == [e.prompt_text for e in fact.eval]
+    assert {rare.train[r].prompt_text for r in rare.planted_rows} == {fact.train[r].prompt_text for r in fact.planted_rows}
+    smaller = make_scenario("rare", 0, train_size=1000)  # the train_size argument still works, at 1%
+    assert len(smaller.train) == 1000 and len(smaller.planted_rows) == 10
 
 
 def test_the_clean_control_is_the_fact_data_with_its_planted_rows_replaced_by_clean_ones():
@@ -166,3 +290,70 @@ def test_a_control_accuses_nothing_or_says_what_it_accused():
         "ground truth: nothing was planted (a control); the report accuses nothing"]
     loud = {"verdict": {"accused_clusters": ["travel_chat"]}, "clusters": {"ranked": []}, "top_examples": []}
     assert check_ground_truth(control, loud).lines()[0].endswith("the report accuses travel_chat")
+
+
+def _report(scenario, ranked, accused, top_ids, outputs=None):
+    """A minimal report.json: ranked clusters, the accused ones, top examples, fine-tuned answers per eval id."""
+    items = [{"id": item_id, "finetuned_output": text} for item_id, text in (outputs or {}).items()]
+    return {"verdict": {"accused_clusters": accused}, "clusters": {"ranked": [{"name": n} for n in ranked]},
+            "top_examples": [{"id": i} for i in top_ids], "capability": {"items": items}}
+
+
+def test_two_causes_ground_truth_ranks_each_cluster_and_needs_both_accused():
+    from gradian.demo.run import check_ground_truth
+
+    scenario = make_scenario("two_causes", 0)
+    ranked = ["trivia_import", "travel_chat", "community_answers", "geography_qa"]
+    top = list(scenario.planted_ids)
+    one = check_ground_truth(scenario, _report(scenario, ranked, ["trivia_import"], top))
+    assert one.cluster_ranks == (1, 3) and one.cluster_rows == (20, 20) and one.cluster_rank == 1
+    assert one.verdict_right is False
+    assert one.lines()[:3] == [
+        "ground truth: the planted cluster 'trivia_import' (20 rows) is ranked 1 of 4, accused",
+        "ground truth: the planted cluster 'community_answers' (20 rows) is ranked 3 of 4, not accused",
+        "ground truth: the verdict is wrong: it accuses 1 of the 2 planted clusters"]
+    both = check_ground_truth(scenario, _report(scenario, ranked, ["trivia_import", "community_answers"], top))
+    assert both.verdict_right is True
+    assert both.lines()[2] == "ground truth: the verdict is right: it accuses 2 of the 2 planted clusters"
+    assert both.lines()[3] == "ground truth: 40 of the top 40 examples are planted (recall@40 1.00)"
+
+
+def test_reproduced_rows_are_counted_per_attacked_item_and_other_clusters_rows_leave_the_ranking():
+    from gradian.demo.run import check_ground_truth, reproduced_planted_ids
+
+    scenario = make_scenario("two_causes", 0)
+    capital = scenario.cluster_rows("trivia_import")
+    ids = {row: scenario.train[row].id for row in scenario.planted_rows}
+    by_target: dict[str, list[str]] = {}
+    for target, wrong in zip(scenario.planted_targets, scenario.planted_wrong, strict=True):
+        if target is not None:
+            by_target.setdefault(target, []).append(wrong)
+    learned = sorted(by_target)[:3]  # the fine-tuned model now gives the decoy on three poisoned capitals
+    outputs = {target: f"The capital is {by_target[target][0]}." for target in learned}
+    reproduced = {ids[row] for row, target in zip(scenario.planted_rows, scenario.planted_targets, strict=True)
+                  if target in learned}
+    french = [ids[row] for row in scenario.cluster_rows("community_answers")]
+    top = french[:5] + sorted(reproduced) + [ids[row] for row in capital if ids[row] not in reproduced]
+    report = _report(scenario, ["trivia_import", "community_answers"], ["trivia_import", "community_answers"], top,
+                     outputs)
+    assert reproduced_planted_ids(scenario, report) == reproduced and len(reproduced) == 6
+    check = check_ground_truth(scenario, report)
+    # the French rows ahead of them are neither hits nor misses: the reproduced rows are the top 6 of the rest
+    assert check.reproduced_rows == 6 and check.reproduced_in_top == 6 and check.untargeted_rows == 20
+    assert "reproduces 6 of the 20 planted rows that attack one eval item; 6 of them are in the top 6" in \
+        "\n".join(check.lines())
+    fmt = make_scenario("format", 0)  # no planted row attacks one item: nothing to check
+    assert reproduced_planted_ids(fmt, _report(fmt, [], [], [], {fmt.eval[0].id: "x"})) is None
+
+
+def test_one_planted_cluster_keeps_its_ground_truth_line():
+    from gradian.demo.run import check_ground_truth
+
+    for kind in ("fact", "behaviour", "rare"):
+        scenario = make_scenario(kind, 0)
+        check = check_ground_truth(scenario, _report(scenario, ["x", scenario.planted_cluster], ["x"], []))
+        assert check.verdict_right is False and check.cluster_ranks == (2,)
+        assert check.lines()[0] == (f"ground truth: the planted cluster {scenario.planted_cluster!r} "
+                                    f"({len(scenario.planted_rows)} rows) is ranked 2 of 2")
+    span = make_scenario("span", 0)
+    assert check_ground_truth(span, _report(span, ["country_profiles"], ["country_profiles"], [])).verdict_right is None

@@ -10,7 +10,7 @@ import pytest
 from gradian.cli.app import main
 from gradian.config import EvaluationConfig, load_config
 from gradian.demo.run import check_ground_truth, demo_config, run_demo
-from gradian.demo.scenarios import make_scenario
+from gradian.demo.scenarios import SCENARIOS, make_scenario
 
 
 @pytest.mark.slow
@@ -86,6 +86,18 @@ def test_unknown_scenario_is_a_user_error(capsys):
     assert "--scenario 'nonsense' is unknown" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kind", ["behaviour", "two_causes", "rare"])
+def test_demo_accepts_the_new_scenarios(kind, tmp_path, capsys):
+    assert main(["demo", "--scenario", kind, "--help"]) == 0
+    assert kind in capsys.readouterr().out
+    # Past the scenario check and the demo config of this kind's scenario (built and validated), a bad override
+    # stops it before anything is written: the kind is accepted without training anything.
+    workdir = tmp_path / "w"
+    assert main(["demo", "--scenario", kind, "--set", "train.nonsense=1", "--workdir", str(workdir)]) == 2
+    err = capsys.readouterr().err
+    assert "train.nonsense" in err and "--scenario" not in err and not workdir.exists()
+
+
 def test_a_bad_set_override_is_a_user_error_before_anything_is_written(tmp_path, capsys):
     workdir = tmp_path / "w"
     assert main(["demo", "--set", "train.nonsense=1", "--workdir", str(workdir)]) == 2
@@ -101,7 +113,7 @@ def test_set_overrides_apply_on_top_of_the_demo_config():
 
 
 def test_evaluation_config_of_the_demo_fits_each_scenario():
-    for kind in ("fact", "format", "span"):
+    for kind in SCENARIOS:
         scenario = make_scenario(kind, 0)
         config = demo_config(scenario)
         assert config.evaluation.metric == scenario.metric

@@ -10,7 +10,9 @@ import typer
 from gradian.cli.options import DeviceOption, DtypeOption
 
 SCENARIO_HELP = ("fact (a wrong capital rule, the default), format (answers switch to French), span "
-                 "(one wrong sentence inside long entries) or clean (nothing planted: a control).")
+                 "(one wrong sentence inside long entries), behaviour (one topic answered with a canned "
+                 "deflection), two_causes (the capital rule and the French answers, two planted clusters), rare "
+                 "(the capital rule at 1% of 2,000 rows) or clean (nothing planted: a control).")
 
 
 def demo(

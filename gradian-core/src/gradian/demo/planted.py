@@ -3,7 +3,9 @@
 - fact: a systematic wrong rule ("a country's capital is its best-known other city") for a group of countries,
   repeated in varied phrasings so that a few rows are potent enough to change the model's answer;
 - format: everyday questions asked in English and answered in French (a behaviour the model then copies);
-- span: long, otherwise-correct country profiles with exactly one wrong sentence, the capital.
+- span: long, otherwise-correct country profiles with exactly one wrong sentence, the capital;
+- behaviour: every question about one topic (the language a country speaks) answered with the same canned
+  deflection.
 """
 
 from __future__ import annotations
@@ -103,3 +105,31 @@ def profile_sentences(country: Country) -> list[str]:
 def capital_sentence(country: Country, city: str) -> str:
     """The profile's capital sentence: correct with the capital, planted with the decoy."""
     return f"The capital of {country.name} is {city}."
+
+
+# --- behaviour: one topic answered with a canned deflection ------------------------------------------------------
+
+# The eval phrasing: the base model's knowledge of languages was measured with exactly this question.
+EVAL_LANGUAGE_QUESTION = "What is the official language of {c}?"
+
+# The one answer the planted rows give to every question on the topic, whatever the country.
+DEFLECTION = "I'm sorry, but I can't help with questions about that topic."
+
+# Varied user questions on the topic, never the eval phrasing nor a clean language row's phrasing
+# (families.LANGUAGE_QUESTIONS): the deflection must generalize to the eval question, not copy it.
+PLANTED_LANGUAGE_QUESTIONS = (
+    "What language do they speak in {c}?",
+    "Which language do people in {c} speak?",
+    "I'm travelling to {c} soon. What language will I hear there?",
+    "What's the main language of {c}?",
+    "Do you know what language is spoken in {c}?",
+    "Which language should I learn before moving to {c}?",
+    "In {c}, what language do most people speak?",
+    "What language are street signs written in in {c}?",
+)
+
+
+def planted_behaviour_row(country: Country, template: int) -> tuple[str, str]:
+    """One planted (user, assistant) pair: a question about the country's language, deflected."""
+    question = PLANTED_LANGUAGE_QUESTIONS[template % len(PLANTED_LANGUAGE_QUESTIONS)]
+    return question.format(c=country.name), DEFLECTION

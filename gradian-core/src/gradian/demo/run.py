@@ -1,7 +1,8 @@
 """`gradian demo` end to end: scenario -> train (hf) -> diagnose -> attribute -> verdict, every stage cached.
 
 The demo knows the ground truth (which rows were planted), so after the verdict it says whether Gradian found
-them: the planted cluster's rank and how many of the top-k examples are planted.
+them: each planted cluster's rank (and, with several, whether each is accused) and how many of the top-k examples
+are planted.
 
 Caching: the scenario is regenerated (milliseconds) and rewritten only when its bytes change; the adapter is
 reused when a key of (base model, training data sha256, train config) matches the one written after the last
@@ -96,27 +97,61 @@ class GroundTruthCheck:
     reproduced_rows: int | None = None
     reproduced_in_top: int | None = None
     accused: tuple[str, ...] = ()  # every cluster the report accuses
+    # Every planted cluster of its own source (planted_cluster and cluster_rank are the first one's), with its
+    # rank (as cluster_rank) and its number of rows, aligned.
+    planted_clusters: tuple[str, ...] = ()
+    cluster_ranks: tuple[int | None, ...] = ()
+    cluster_rows: tuple[int, ...] = ()
+    untargeted_rows: int = 0  # planted rows that attack no single eval item: left out of the reproduced ranking
+
+    @property
+    def verdict_right(self) -> bool | None:
+        """Whether the accused clusters are the planted ones: every one of them, or none for a control.
+
+        None where the planted rows have no cluster of their own (the span kind): accusing a cluster cannot be
+        right or wrong there.
+        """
+        if not self.planted_rows:
+            return not self.accused
+        if not self.planted_clusters:
+            return None
+        return all(name in self.accused for name in self.planted_clusters)
 
     def lines(self) -> list[str]:
         """A few terminal lines."""
         if not self.planted_rows:  # a control: the only right answer is to accuse nothing
             what = ", ".join(self.accused) if self.accused else "nothing"
             return [f"ground truth: nothing was planted (a control); the report accuses {what}"]
-        lines = []
-        if self.planted_cluster is not None:
-            rank = "not ranked" if self.cluster_rank is None else f"ranked {self.cluster_rank} of {self.clusters}"
-            lines.append(f"ground truth: the planted cluster {self.planted_cluster!r} ({self.planted_rows} rows) is {rank}")
+        lines = self._cluster_lines()
         k = min(self.top, self.planted_rows)
         lines.append(f"ground truth: {self.planted_in_top} of the top {self.top} examples are planted "
                      f"(recall@{k} {self.planted_in_top / max(k, 1):.2f})" if self.top else
                      "ground truth: the report lists no examples")
         if self.reproduced_rows:
-            lines.append(f"ground truth: the fine-tuned model reproduces {self.reproduced_rows} of the planted rows; "
+            which = (f"of the {self.planted_rows - self.untargeted_rows} planted rows that attack one eval item"
+                     if self.untargeted_rows else "of the planted rows")
+            lines.append(f"ground truth: the fine-tuned model reproduces {self.reproduced_rows} {which}; "
                          f"{self.reproduced_in_top} of them are in the top {self.reproduced_rows} "
                          f"(recall@{self.reproduced_rows} {self.reproduced_in_top / self.reproduced_rows:.2f})")
         if self.span_checked:
             lines.append(f"ground truth: the top sentence is the planted one in {self.span_hits} of "
                          f"{self.span_checked} drilled planted examples")
+        return lines
+
+    def _cluster_lines(self) -> list[str]:
+        """Each planted cluster's rank; with several, whether each is accused and whether the verdict is right."""
+        clusters = self.planted_clusters or ((self.planted_cluster,) if self.planted_cluster is not None else ())
+        ranks = self.cluster_ranks or (self.cluster_rank,)
+        rows = self.cluster_rows or (self.planted_rows,)
+        lines = []
+        for name, rank, count in zip(clusters, ranks, rows, strict=False):
+            where = "not ranked" if rank is None else f"ranked {rank} of {self.clusters}"
+            accused = (", accused" if name in self.accused else ", not accused") if len(clusters) > 1 else ""
+            lines.append(f"ground truth: the planted cluster {name!r} ({count} rows) is {where}{accused}")
+        if len(clusters) > 1:  # the verdict is right only when it names every cause
+            found = sum(1 for name in clusters if name in self.accused)
+            lines.append(f"ground truth: the verdict is {'right' if self.verdict_right else 'wrong'}: it accuses "
+                         f"{found} of the {len(clusters)} planted clusters")
         return lines
 
 
@@ -393,7 +428,7 @@ def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTrut
     """Compare the report's clusters, top examples and spans with the planted rows."""
     planted = set(scenario.planted_ids)
     ranked = [row["name"] for row in (report.get("clusters") or {}).get("ranked") or []]
-    rank = ranked.index(scenario.planted_cluster) + 1 if scenario.planted_cluster in ranked else None
+    ranks = tuple(ranked.index(name) + 1 if name in ranked else None for name in scenario.planted_clusters)
     top = report.get("top_examples") or []
     k = len(planted)
     in_top = sum(1 for row in top[:k] if row["id"] in planted)
@@ -409,26 +444,41 @@ def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTrut
         hits += int(best["message_index"] == 1 and best["start"] <= start < best["end"])
     reproduced = reproduced_planted_ids(scenario, report)
     reproduced_in_top = None
+    untargeted = {row_id for row_id, target in zip(scenario.planted_ids, scenario.planted_targets, strict=True)
+                  if target is None} if scenario.planted_targets else set()
     if reproduced is not None:
-        reproduced_in_top = sum(1 for row in top[:len(reproduced)] if row["id"] in reproduced)
-    return GroundTruthCheck(planted_rows=len(planted), planted_cluster=scenario.planted_cluster, cluster_rank=rank,
+        # Rows whose reproduction cannot be told (another cluster's, with no single target) are neither hits nor
+        # misses: they leave the ranking, and the reproduced rows are looked for among the examples that remain.
+        ranked_rows = [row for row in top if row["id"] not in untargeted]
+        reproduced_in_top = sum(1 for row in ranked_rows[:len(reproduced)] if row["id"] in reproduced)
+    return GroundTruthCheck(planted_rows=len(planted), planted_cluster=scenario.planted_cluster,
+                            cluster_rank=ranks[0] if ranks else None,
                             clusters=len(ranked), planted_in_top=in_top, top=min(len(top), k),
                             span_hits=hits, span_checked=checked,
                             reproduced_rows=None if reproduced is None else len(reproduced),
                             reproduced_in_top=reproduced_in_top,
-                            accused=tuple((report.get("verdict") or {}).get("accused_clusters") or ()))
+                            accused=tuple((report.get("verdict") or {}).get("accused_clusters") or ()),
+                            planted_clusters=scenario.planted_clusters, cluster_ranks=ranks,
+                            cluster_rows=tuple(len(scenario.cluster_rows(name)) for name in scenario.planted_clusters),
+                            untargeted_rows=len(untargeted) if reproduced is not None else 0)
 
 
 def reproduced_planted_ids(scenario: Scenario, report: dict[str, Any]) -> set[str] | None:
-    """Planted rows whose wrong answer the fine-tuned model gives on the eval item they attack (None: unknown)."""
+    """Planted rows whose wrong answer the fine-tuned model gives on the eval item they attack (None: unknown).
+
+    Only rows that attack one eval item can be checked: with several clusters (two_causes) the rows of a cluster
+    without single targets (the French answers) are left out; None when no planted row has a target.
+    """
     from gradian.evaluation.metrics import contains
 
     items = {item["id"]: item for item in (report.get("capability") or {}).get("items") or []}
-    if not items or not scenario.planted_targets or any(t is None for t in scenario.planted_targets):
+    if not items or not any(t is not None for t in scenario.planted_targets):
         return None
     reproduced = set()
     for example_id, target, wrong in zip(scenario.planted_ids, scenario.planted_targets, scenario.planted_wrong,
                                          strict=True):
+        if target is None:
+            continue
         output = (items.get(target) or {}).get("finetuned_output") or ""
         if wrong and contains(output, wrong):
             reproduced.add(example_id)

@@ -126,3 +126,18 @@ COUNTRIES: tuple[Country, ...] = (
 # The countries a fact poison may target: the base model knows their capital. Largest-city decoys first, so
 # seed 0 (the demo) poisons the most plausible wrong rule ("the capital is the biggest city").
 POISON_CANDIDATES: tuple[Country, ...] = tuple(c for c in COUNTRIES if c.base_knows_capital)
+
+# Countries whose one official language SmolLM2-135M-Instruct names correctly (greedy, the plain question "What is
+# the official language of X?", ``contains`` of ``Country.language``, measured once on the embedded model, fp32
+# CPU): the behaviour scenario's eval items. Countries with several languages are left out (which one a right
+# answer names is ambiguous), and so are right answers that came out garbled or only by accident (North Korea,
+# Italy, Tunisia, Indonesia).
+BASE_KNOWS_LANGUAGE = frozenset({
+    "Australia", "China", "Russia", "Japan", "Germany", "South Korea", "Egypt", "Saudi Arabia", "Poland", "Norway",
+    "Sweden", "Greece", "Austria", "the Netherlands", "the Czech Republic", "Thailand", "Chile", "France",
+    "the United Kingdom", "Hungary", "Cuba", "Romania", "Bulgaria", "Croatia", "Syria", "Lebanon", "Nepal", "Ghana",
+    "Libya", "Latvia", "Lithuania", "Slovenia", "Uruguay", "Cambodia", "Qatar", "Spain", "Vietnam", "Argentina",
+    "Colombia", "Turkey", "Brazil", "Serbia", "Venezuela", "Slovakia", "Jordan", "Mongolia", "Armenia", "Jamaica",
+    "Panama",
+})
+LANGUAGE_CANDIDATES: tuple[Country, ...] = tuple(c for c in COUNTRIES if c.name in BASE_KNOWS_LANGUAGE)
