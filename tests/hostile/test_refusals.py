@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gradian.cli.app import main
 from tests.hostile.test_hostile_inputs import ROWS, _net_and_deadline, refuse  # noqa: F401 (autouse fixture)
 
 
@@ -74,3 +75,44 @@ def test_an_unknown_section_or_key_suggests_only_from_its_own_level(capsys, tmp_
 def test_an_unknown_section_in_set_points_at_the_key_in_the_right_section(capsys, tmp_path):
     line = refuse(capsys, ["config", "--set", "training.seed=3"], tmp_path / "out", 2)
     assert "did you mean train.seed?" in line
+
+
+# --- run directories -----------------------------------------------------------------------------------------
+
+BAD_STATES = {
+    "negative_global_step": ({"global_step": -5, "max_steps": 10, "log_history": [{"step": 1, "loss": 2.0}]},
+                             "global_step is -5"),
+    "negative_max_steps": ({"global_step": 2, "max_steps": -2, "log_history": [{"step": 1, "loss": 2.0}]},
+                           "max_steps is -2"),
+    "negative_entry_step": ({"global_step": 2, "log_history": [{"step": -3, "loss": 2.0}, {"step": 2, "loss": 1.0}]},
+                            "logged at step -3"),
+    "strings": ({"global_step": 2, "max_steps": 2, "log_history": ["a", "b"]}, "entry 1 is a JSON string"),
+    "numbers": ({"global_step": 2, "max_steps": 2, "log_history": [{"step": 1, "loss": 2.0}, 7]},
+                "entry 2 is a JSON number"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_STATES))
+@pytest.mark.parametrize("command", ["diagnose", "attribute"])
+def test_a_trainer_state_no_trainer_writes_is_refused_naming_the_file(capsys, tmp_path, rows, tiny_base_dir,
+                                                                      tiny_adapter_dir, no_model_load, kind, command):
+    state, expected = BAD_STATES[kind]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
+    argv = {"diagnose": ["diagnose", "--run", run, "--plots", tmp_path / "out"],
+            "attribute": ["attribute", "--base-model", tiny_base_dir, "--adapter", tiny_adapter_dir, "--dataset", rows,
+                          "--eval-dataset", rows, "--run", run, "--out", tmp_path / "out"]}[command]
+    line = refuse(capsys, argv, tmp_path / "out", 2)
+    assert str(run / "trainer_state.json") in line and expected in line
+    assert "needs --run" not in line
+
+
+def test_a_run_without_logged_metrics_does_not_say_it_needs_run(capsys, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 0, "max_steps": 2, "log_history": []}))
+    assert main(["diagnose", "--run", str(run), "--format", "json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    reasons = {s["reason"] for s in report["skipped"] if "run_logs" in s["needs"]}
+    assert reasons and all("--run directory has none" in r and "needs --run" not in r for r in reasons)

@@ -85,6 +85,12 @@ class AuditContext:
             have.add("adapter")
         return frozenset(have)
 
+    def need_text(self, need: Need) -> str:
+        """What a skipped check needs, in words; a need whose input was given but holds nothing says so."""
+        if need == "run_logs" and self.run is not None:
+            return "logged metrics (the --run directory has none: no log_history entries or metrics lines)"
+        return NEED_FLAGS[need]
+
     @property
     def thresholds(self) -> Any:
         """The ``diagnose`` config section."""

@@ -25,10 +25,11 @@ class SkippedCheck:
     id: str
     family: str
     missing: tuple[Need, ...]
+    texts: tuple[str, ...] = ()  # each missing need in words (an input given but empty says so), when known
 
     def reason(self) -> str:
         """What to pass to run it."""
-        return "needs " + " and ".join(dict.fromkeys(NEED_FLAGS[need] for need in self.missing))
+        return "needs " + " and ".join(dict.fromkeys(self.texts or (NEED_FLAGS[need] for need in self.missing)))
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def run_checks(ctx: AuditContext, checks: Iterable[AuditCheck], inputs: Mapping[
     for check in checks:
         missing = tuple(need for need in sorted(check.needs) if need not in have)
         if missing:
-            skipped.append(SkippedCheck(check.id, check.family, missing))
+            skipped.append(SkippedCheck(check.id, check.family, missing, tuple(ctx.need_text(n) for n in missing)))
             continue
         began = time.perf_counter()
         try:

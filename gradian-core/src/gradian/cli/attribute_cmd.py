@@ -74,6 +74,10 @@ def attribute(
     check_tokenizer_dir(tokenizer)
     base_model = base_model_for(base_model, adapter, "attribute")  # default: the base the adapter names
     cfg = load_cli_config(config, set_)
+    if run is not None:  # a run dir that cannot be read is refused now, not after the model and the index
+        from gradian.audit.runlog import read_run
+
+        read_run(Path(run))
     with stage_bars() as bars:
         outcome = run_attribution(base_model=base_model, adapter=adapter, dataset=dataset, out=out,
                                   eval_dataset=eval_dataset, run=run, config=cfg, index_dir=index,

@@ -92,19 +92,30 @@ def _entry_lines(text: str, count: int) -> list[int | None]:
     return lines
 
 
-def metrics_from_log_history(history: list[Any], text: str) -> tuple[list[MetricPoint], bool]:
-    """Train and eval points from ``log_history``, and whether the final summary entry is there."""
+def metrics_from_log_history(history: list[Any], text: str, path: Path | None = None) -> tuple[list[MetricPoint], bool]:
+    """Train and eval points from ``log_history``, and whether the final summary entry is there.
+
+    An entry that is not an object, or logged at a negative step, is a RunDirError naming the file: no trainer
+    writes either, so the file was damaged or is not a trainer state.
+    """
     points, finished = [], False
     lines = _entry_lines(text, len(history))
-    for entry, line in zip(history, lines, strict=True):
+    where = path if path is not None else TRAINER_STATE
+    for number, (entry, line) in enumerate(zip(history, lines, strict=True), start=1):
         if not isinstance(entry, Mapping):
-            continue
+            raise RunDirError(f"{where}: log_history entry {number} is a JSON {_json_kind(entry)}, not an object",
+                              "log_history is the list of logged dicts transformers.Trainer writes; restore the "
+                              "file from the latest checkpoint-N/ copy")
         if "train_runtime" in entry or "train_loss" in entry:
             finished = True
             continue
         step = as_int(entry.get("step"))
         if step is None:
             continue
+        if step < 0:
+            raise RunDirError(f"{where}{f':{line}' if line else ''}: log_history entry {number} is logged at step "
+                              f"{step}; optimizer steps are never negative",
+                              "the file was edited or damaged; restore it from the latest checkpoint-N/ copy")
         # TRL logs eval_mean_token_accuracy next to eval_loss; keep train accuracy only on train points.
         point = metric_point({k: v for k, v in entry.items() if not k.startswith("eval_") or k == "eval_loss"},
                              step, line)
@@ -112,6 +123,17 @@ def metrics_from_log_history(history: list[Any], text: str) -> tuple[list[Metric
             continue
         points.append(point)
     return points, finished
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's type (string, number, list...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "list"}.get(type(value), type(value).__name__)
 
 
 def checkpoint_finished(global_step: int | None, max_steps: int | None) -> bool:
@@ -131,11 +153,15 @@ def apply_trainer_state(builder: ArtifactBuilder, path: Path) -> None:
     if not isinstance(history, list):
         raise RunDirError(f"{path}: has no log_history list", "trainer_state.json is the object transformers.Trainer writes")
     text = path.read_text(encoding="utf-8")
-    points, finished = metrics_from_log_history(history, text)
+    points, finished = metrics_from_log_history(history, text, path)
     source = builder.where(path)
     builder.set_metrics(points, source)
     builder.global_step = as_int(state.get("global_step"))
     max_steps = as_int(state.get("max_steps"))
+    for key, value in (("global_step", builder.global_step), ("max_steps", max_steps)):
+        if value is not None and value < 0:
+            raise RunDirError(f"{path}: {key} is {value}; a step count is never negative",
+                              "the file was edited or damaged; restore it from the latest checkpoint-N/ copy")
     builder.finished = finished if path.parent == builder.path else checkpoint_finished(builder.global_step, max_steps)
     builder.sources[TRAINER_STATE] = builder.where(path)
     found = text.find('"global_step"')
