@@ -135,15 +135,17 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         blame_matrix = item_blame.matrix()
     ensemble = None
     if config.attribution.checkpoints > 1:
+        from gradian.attribution.checkpoint_ensemble import score_checkpoints
+        from gradian.attribution.scoring import rescore_items
+
         with stages.stage("checkpoints") as tick:
             def score_member(view: Any) -> tuple[np.ndarray, str]:
                 return _member_blame(view, examples, config, capability, eval_items, signal_choice, item_ids,
                                      progress=tick, say=say)
 
-            ensemble = _score_checkpoints(loaded, run, blame_matrix, index.index_id, config, score_member,
-                                          allow_pickle=allow_pickle)
+            ensemble = score_checkpoints(config.attribution.checkpoints, _run_dir(run, loaded), loaded, blame_matrix,
+                                         index.index_id, score_member, allow_pickle=allow_pickle)
             if ensemble.item_blame is not None:
-                from gradian.attribution.scoring import rescore_items
 
                 blame_matrix = ensemble.item_blame
                 scores = rescore_items(blame_matrix, scores.ids, item_ids, range(len(item_ids)),
@@ -169,29 +171,11 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                   item_ids=item_ids, causes=causes, ensemble=ensemble)
 
 
-@dataclass(frozen=True)
-class _Ensemble:
-    """What the checkpoint ensemble scored: the weighted blame (None: the adapter alone), members and a note."""
-
-    item_blame: np.ndarray | None
-    members: tuple[dict[str, Any], ...] = ()
-    note: str | None = None
-
-
-def _score_checkpoints(loaded: Any, run: str | Path | None, adapter_blame: np.ndarray, adapter_index_id: str,
-                       config: GradianConfig, score_member: Callable[[Any], tuple[np.ndarray, str]], *,
-                       allow_pickle: bool) -> _Ensemble:
-    """The per-item blame summed over the run's checkpoints (``attribution.checkpoints``), learning-rate weighted."""
-    from gradian.attribution.checkpoint_ensemble import ensemble_blame, plan_ensemble
+def _run_dir(run: str | Path | None, loaded: Any) -> Path | None:
+    """--run, else the run the adapter sits in (gradian train's out/run beside out/adapter, a checkpoint's parent)."""
     from gradian.audit.training_format import run_dir_of_adapter
 
-    run_dir = Path(run) if run is not None else run_dir_of_adapter(loaded.adapter_dir)
-    plan = plan_ensemble(config.attribution.checkpoints, run_dir, loaded.adapter_dir, loaded.adapter_hash,
-                         allow_pickle=allow_pickle)
-    if len(plan.members) < 2:
-        return _Ensemble(None, note=plan.note)
-    summed = ensemble_blame(plan, loaded, adapter_blame, adapter_index_id, score_member, allow_pickle=allow_pickle)
-    return _Ensemble(summed.item_blame, summed.members, plan.note)
+    return Path(run) if run is not None else run_dir_of_adapter(loaded.adapter_dir)
 
 
 def _member_blame(view: Any, examples: Sequence[Any], config: GradianConfig, capability: Any, eval_items: Any,
@@ -447,7 +431,7 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
            scores: Any, capability: Any, preconditioner: Any, clusters: Any, drills: list[Any],
            examples: Sequence[Any], signal_choice: Any, warnings: Sequence[Any] = (),
            item_blame: np.ndarray | None = None, item_ids: Sequence[str] | None = None,
-           causes: Any = None, ensemble: _Ensemble | None = None) -> AttributionOutcome:
+           causes: Any = None, ensemble: Any = None) -> AttributionOutcome:
     from gradian.report import ReportWarning, attribution_report, no_capability_target_report, write_report
 
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}

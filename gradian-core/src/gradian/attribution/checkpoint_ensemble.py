@@ -125,18 +125,22 @@ def _weights(rates: Sequence[float | None]) -> list[float]:
 
 @dataclass(frozen=True)
 class EnsembleBlame:
-    """The weighted per-item blame [examples, items] and the members with the index each was scored on."""
+    """The weighted per-item blame [examples, items] (None: the adapter alone), the members scored, and a note."""
 
-    item_blame: np.ndarray
-    members: tuple[dict[str, Any], ...]
+    item_blame: np.ndarray | None
+    members: tuple[dict[str, Any], ...] = ()
+    note: str | None = None
 
 
-def ensemble_blame(plan: EnsemblePlan, loaded: Any, adapter_blame: np.ndarray, adapter_index_id: str | None,
-                   score_member: Callable[[Any], tuple[np.ndarray, str]], *,
-                   allow_pickle: bool = False) -> EnsembleBlame:
-    """sum_c w_c B_c over the plan's members; ``score_member(view)`` gives (B_c, index id) under checkpoint c."""
+def score_checkpoints(count: int, run_dir: Path | None, loaded: Any, adapter_blame: np.ndarray,
+                      adapter_index_id: str | None, score_member: Callable[[Any], tuple[np.ndarray, str]], *,
+                      allow_pickle: bool = False) -> EnsembleBlame:
+    """sum_c w_c B_c over up to ``count`` points of the run; ``score_member(view)`` gives (B_c, index id) under c."""
     from gradian.model.adapter_swap import checkpoint_weights
 
+    plan = plan_ensemble(count, run_dir, loaded.adapter_dir, loaded.adapter_hash, allow_pickle=allow_pickle)
+    if len(plan.members) < 2:
+        return EnsembleBlame(None, note=plan.note)
     total = np.zeros_like(np.asarray(adapter_blame, dtype=np.float64))
     records = []
     for member in plan.members:
@@ -151,4 +155,4 @@ def ensemble_blame(plan: EnsemblePlan, loaded: Any, adapter_blame: np.ndarray, a
         total += member.weight * np.asarray(blame, dtype=np.float64)
         records.append(member.to_dict(index_id))
         logger.info("scored checkpoint %s (weight %.3g)", member.adapter_dir, member.weight)
-    return EnsembleBlame(total, tuple(records))
+    return EnsembleBlame(total, tuple(records), plan.note)
