@@ -55,7 +55,9 @@ def make_job(
         raise TrainingError("no output directory given", "pass --out DIR; the adapter goes to DIR/adapter, the run to DIR/run")
     for path in (Path(dataset), *map(Path, extra_datasets)):
         if not path.exists():
-            raise DatasetError(f"dataset {path} does not exist", "check the path")
+            from gradian.user_files import absent
+
+            raise DatasetError(f"dataset {path} {absent(path)}", "check the path")
     return TrainJob(
         base_model=str(base_model),
         dataset=Path(dataset),
@@ -119,10 +121,12 @@ def job_environment() -> Iterator[None]:
 
 def run_training(job: TrainJob, backend: str = DEFAULT_BACKEND, *, overwrite: bool = False) -> TrainResult:
     """Train with the named backend into a staging dir and publish ``<out>/adapter`` and ``<out>/run``."""
+    from gradian.training.data import check_training_data
     from gradian.training.output import ADAPTER_DIR, RUN_DIR, check_output_dir, staged_output, write_job_files
 
     spec = resolve_backend(backend)
     check_output_dir(job.out, overwrite)  # before loading anything: refusing takes a second, not a model load
+    check_training_data(job)  # every row read and checked, and data with nothing to learn refused, before the model
     trainer = load_object(spec.load)()
     started = time.monotonic()
     with staged_output(job.out, overwrite) as staged, job_environment():

@@ -29,6 +29,23 @@ DEPTH_LIMIT = 100
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
+def absent(path: Path | str) -> str:
+    """Why ``path`` cannot be opened, to follow its name: a symlink loop, a dangling link, or plain absence."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symlink loop"
+        if os.path.islink(path):
+            return f"is a symlink to {os.readlink(path)}, which does not exist"
+        if exc.errno == errno.ENOTDIR:
+            return "does not exist (a part of the path is a file)"
+        if exc.errno not in (errno.ENOENT,):
+            return f"cannot be read ({exc.strerror})"
+        return "does not exist"
+    return "exists"
+
+
 def check_regular_file(path: Path, what: str, error: type[GradianError] = GradianError, *,
                        limit: int = DOCUMENT_LIMIT, hint: str = "") -> int:
     """The size of ``path``; ``error`` when it is missing, a loop, a directory, a device/FIFO, unreadable or too big."""

@@ -124,7 +124,9 @@ def read_adapter(path: Path) -> AdapterInfo:
         raise ModelError(f"--adapter {path} is a file, not an adapter directory",
                          "pass the directory peft's save_pretrained() wrote to --adapter")
     if not path.is_dir():
-        raise ModelError(f"adapter directory {path} does not exist", "pass the directory peft's save_pretrained() wrote to --adapter")
+        from gradian.user_files import absent
+
+        raise ModelError(f"adapter directory {path} {absent(path)}", "pass the directory peft's save_pretrained() wrote to --adapter")
     config_path = path / ADAPTER_CONFIG
     if not config_path.exists() and not config_path.is_symlink():
         raise ModelError(f"{path} has no {ADAPTER_CONFIG}", "--adapter takes a PEFT adapter directory")

@@ -163,19 +163,19 @@ def exit_code(report: DiagnoseReport, fail_on: str) -> int:
     return 0
 
 
-def ensure_utf8(path: Path) -> None:
+def ensure_utf8(path: Path, what: str = "dataset") -> None:
     """A text dataset that is not UTF-8 is an input error (file:line), not a row to report."""
     path = Path(path)
     if not path.is_file() or path.suffix.lower() == ".parquet":
         return
     from gradian.user_files import DATASET_LIMIT, read_bytes
 
-    data = read_bytes(path, "dataset", DatasetError, limit=DATASET_LIMIT)  # bounded: /dev/zero or 20 GiB never fill memory
+    data = read_bytes(path, what, DatasetError, limit=DATASET_LIMIT)  # bounded: /dev/zero or 20 GiB never fill memory
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise DatasetError(f"{path}:{line}: the dataset is not UTF-8 (byte 0x{data[error.start]:02x})",
+        raise DatasetError(f"{path}:{line}: the {what} is not UTF-8 (byte 0x{data[error.start]:02x})",
                            "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
@@ -229,10 +229,10 @@ def build_context(
         scan = scan_dataset(dataset)
         inputs["dataset"] = {"path": str(dataset), "rows": scan.rows, "bad_rows": len(scan.problems)}
     if eval_dataset is not None:
-        from gradian.data import scan_dataset
+        from gradian.data.loading import scan_eval_dataset
 
-        ensure_utf8(Path(eval_dataset))
-        eval_scan = scan_dataset(eval_dataset)
+        ensure_utf8(Path(eval_dataset), "eval dataset")
+        eval_scan = scan_eval_dataset(eval_dataset)
         eval_scan.raise_first()
         inputs["eval_dataset"] = {"path": str(eval_dataset), "rows": eval_scan.rows}
     if run is not None:

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     # transformers 5 warns about its own deprecated property on every model load; it says nothing to a user.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     try:
-        with _interrupt_as_error():
+        with _interrupt_as_error(), _warnings_as_lines():
             result = app(args=argv, prog_name="gradian", standalone_mode=False)
     except GradianError as error:
         return _fail(error.one_line(), error.exit_code)
@@ -140,6 +140,29 @@ def _interrupt_as_error() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Python warnings during a command: gradian's own as one `gradian: warning:` line (not with -q), other
+    libraries' (transformers, peft, torch) only with -v, so nothing but the error line precedes an error."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        yield
+
+
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    from pathlib import PurePath
+
+    from gradian.cli.output import is_verbose, note
+
+    text = " ".join(str(message).split())
+    ours = any(part == "gradian" or part.startswith("gradian_") for part in PurePath(filename).parts)
+    if ours:
+        note(f"gradian: warning: {text}")
+    elif is_verbose():
+        note(f"gradian: warning from {PurePath(filename).name}:{lineno} ({category.__name__}): {text}")
 
 
 def _internal_error(error: BaseException, what: str) -> int:

@@ -16,7 +16,7 @@ AdapterOption = Annotated[Optional[Path], typer.Option("--adapter", help="PEFT L
 DatasetOption = Annotated[Optional[Path], typer.Option("--dataset", help="The exact training data, in the same order (JSONL, JSON, parquet or a saved HF dataset).")]
 EvalDatasetOption = Annotated[Optional[Path], typer.Option("--eval-dataset", help="Eval items describing the capability, with the answers you wanted.")]
 RunOption = Annotated[Optional[Path], typer.Option("--run", help="Run directory with the trainer config and logs.")]
-AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (read with torch.load(weights_only=True), which builds tensors only; off by default).")]
+AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (off by default). It is read with torch.load(weights_only=True): no code from the file runs, but its pickle is still parsed, and a crafted file can hold wrong or huge tensors; prefer re-saving it as safetensors.")]
 BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
 TokenizerOption = Annotated[Optional[Path], typer.Option("--tokenizer", help="A tokenizer directory (with its chat template) to render the data with; default: the one saved next to the adapter, else in the run's checkpoints, else the base model's.")]
 TrustRemoteCodeFlag = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own Python code to run (off by default).")]
@@ -29,7 +29,11 @@ def check_tokenizer_dir(tokenizer: Path | None) -> None:
     from gradian.errors import ConfigError
 
     if tokenizer is not None and not Path(tokenizer).expanduser().is_dir():
-        raise ConfigError(f"--tokenizer {tokenizer} is not a directory",
+        from gradian.user_files import absent
+
+        path = Path(tokenizer).expanduser()
+        reason = "is not a directory" if path.exists() else absent(path)
+        raise ConfigError(f"--tokenizer {tokenizer} {reason}",
                           "pass the directory your trainer saved the tokenizer to (it holds tokenizer_config.json)")
 
 

@@ -6,9 +6,11 @@ Results go to stdout in the chosen format; notes, progress and timings go to std
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from gradian.errors import ConfigError
@@ -51,6 +53,56 @@ def output_format(value: str, json_alias: bool = False) -> str:
     if json_alias and value not in ("table", "json"):
         raise ConfigError(f"--json and --format {value} contradict each other", "pass one of them")
     return "json" if json_alias else value
+
+
+def print_result(fmt: str, data: Mapping[str, Any], text: str, markdown: str | None = None) -> None:
+    """A command's result on stdout in ``fmt``: json (``data`` as one JSON document and nothing else), md
+    (``markdown``, by default ``data`` as a key / value table) or table (``text``, the terminal lines)."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    elif fmt == "md":
+        sys.stdout.write((markdown if markdown is not None else markdown_table(("key", "value"), flat_items(data)))
+                         + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def flat_items(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Dotted (key, value) rows of nested dicts; lists as JSON."""
+    if isinstance(data, Mapping):
+        rows: list[tuple[str, str]] = []
+        for key, value in data.items():
+            rows += flat_items(value, f"{prefix}.{key}" if prefix else str(key))
+        return rows or [(prefix, "{}")]
+    if isinstance(data, (list, tuple)):
+        return [(prefix, json.dumps(list(data), ensure_ascii=False, default=str))]
+    return [(prefix, "null" if data is None else str(data))]
+
+
+@contextlib.contextmanager
+def libraries_quiet() -> Iterator[None]:
+    """While a model loads and trains: transformers' loading bars and warnings off (back on with -v), and
+    whatever a trainer prints on stdout (its log dicts) sent to stderr, so stdout holds only the result; with -q
+    the trainer's own progress bar goes too. Restored afterwards."""
+    import os
+
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    if not is_verbose():
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    try:
+        with contextlib.ExitStack() as stack:
+            sink = stack.enter_context(open(os.devnull, "w")) if is_quiet() else sys.stderr
+            stack.enter_context(contextlib.redirect_stdout(sink))
+            stack.enter_context(contextlib.redirect_stderr(sink))
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

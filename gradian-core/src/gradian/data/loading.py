@@ -137,10 +137,20 @@ def eval_item_problem(example: Example) -> tuple[str, str] | None:
     return None
 
 
+def scan_eval_dataset(path: Path | str) -> DatasetScan:
+    """scan_dataset for --eval-dataset: an error about the file as a whole names the eval set and its flag."""
+    try:
+        return scan_dataset(path)
+    except DatasetError as error:
+        message = error.message.replace(": the dataset ", ": the eval dataset ")
+        message = "eval " + message if message.startswith("dataset ") else message
+        raise DatasetError(message, error.hint.replace("--dataset takes", "--eval-dataset takes")) from None
+
+
 def load_eval_dataset(path: Path | str, *, expected_format: str | None = None) -> Dataset:
     """Load an eval set: every item must have a prompt and a wanted answer; bad items raise with file:line."""
     _check_expected_format(expected_format)
-    scan = scan_dataset(path)
+    scan = scan_eval_dataset(path)
     problems = list(scan.problems)
     for example in scan.examples:
         if expected_format is not None and example.format != expected_format:

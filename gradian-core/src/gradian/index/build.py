@@ -68,6 +68,7 @@ def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, o
     tokenizer = loaded_model.tokenizer
     metas, ids_sha, encoded_sha = encode_pass(examples, tokenizer, config.grads.max_seq_length,
                                               concrete_loss_mask(config.grads))
+    refuse_unsupervised(metas, dataset, config.grads)
     plan = make_plan(loaded_model, capture, config, examples, ids_sha, encoded_sha, out, codec, dataset)
     estimate = estimate_index(loaded_model.model, plan.dim, plan.storage_dtype, capture.projection is not None,
                               [m.num_tokens for m in metas], [m.num_supervised for m in metas],
@@ -78,6 +79,21 @@ def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, o
                                estimate, say)
     finally:
         ranks.close()
+
+
+def refuse_unsupervised(metas: Sequence[ExampleMeta], dataset: Any, grads: Any) -> None:
+    """Refuse a dataset none of whose examples has a supervised token: its index would be all zeros."""
+    if any(meta.num_supervised for meta in metas):
+        return
+    where = getattr(dataset, "path", None) or "the dataset"
+    truncated = sum(1 for meta in metas if meta.truncated)
+    why = (f"{truncated} of them cut at grads.max_seq_length={grads.max_seq_length} before the answer"
+           if truncated else f"loss mask {concrete_loss_mask(grads)}")
+    raise DatasetError(
+        f"no example in {where} has a supervised token ({len(metas)} examples, {why}): every gradient would be "
+        "zero and nothing could be blamed",
+        "index the data the adapter was trained on (with its assistant answers); gradian diagnose --dataset lists "
+        "the rows" + (", or raise grads.max_seq_length" if truncated else ""))
 
 
 def follow_training_run(config: Any, loaded_model: Any, examples: Sequence[Any], run: Any = None) -> Any:
@@ -95,7 +111,7 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples:
                     estimate: IndexEstimate, say: Callable[[str], None] | None) -> Index:
     """Reuse the index in place, or compute this rank's shards and (rank 0) finish the directory."""
     ranks.check_same(plan.index_id, "index id")
-    cached = reusable_index(plan.out_dir, plan.index_id)
+    cached = reusable_index(plan.out_dir, plan.index_id, say if ranks.is_main else None)
     if cached is not None:
         ranks.barrier()
         return cached

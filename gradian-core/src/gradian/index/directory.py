@@ -41,8 +41,11 @@ from gradian.index.store import WHITENING_NAME, Index
 BUILD_STATE = "build.json"
 
 
-def reusable_index(out_dir: Path, index_id: str) -> Index | None:
-    """The index already at ``out_dir`` when it has this id and its files are in place; else None."""
+def reusable_index(out_dir: Path, index_id: str, say: Any = None) -> Index | None:
+    """The index already at ``out_dir`` when it has this id and every file matches its checksum; else None.
+
+    A damaged index of the same inputs (a corrupted shard) is rebuilt, never reported as reused; ``say`` hears why.
+    """
     if not (out_dir / MANIFEST_NAME).is_file():
         return None
     try:
@@ -53,7 +56,10 @@ def reusable_index(out_dir: Path, index_id: str) -> Index | None:
         return None
     try:
         index = Index.open(out_dir)
-    except GradientIndexError:
+        index.verify_files()
+    except GradientIndexError as error:
+        if say is not None:
+            say(f"the index at {out_dir} is damaged ({error.message}); rebuilding it")
         return None  # damaged: rebuilt and replaced
     index.reused = True
     return index

@@ -165,7 +165,10 @@ def read_manifest(directory: Path) -> Manifest:
     directory = Path(directory)
     path = directory / MANIFEST_NAME
     if not directory.is_dir():
-        raise GradientIndexError(f"index directory {directory} does not exist", "build one with gradian index")
+        from gradian.user_files import absent
+
+        reason = "is a file, not an index directory" if directory.exists() else absent(directory)
+        raise GradientIndexError(f"index directory {directory} {reason}", "build one with gradian index")
     if not path.is_file():
         raise GradientIndexError(f"{directory} is not a gradient index (no {MANIFEST_NAME})",
                                  "build one with gradian index, or pass the directory it wrote")

@@ -41,11 +41,16 @@ class AdapterFiles:
         return self.config.get("base_model_name_or_path")
 
 
-def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False) -> AdapterFiles:
-    """Validate a LoRA adapter directory: it exists, has a LORA adapter_config.json and safe (or allowed) weights."""
+def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False, warn: bool = True) -> AdapterFiles:
+    """Validate a LoRA adapter directory: it exists, has a LORA adapter_config.json and safe (or allowed) weights.
+
+    An allowed pickle is announced by one UserWarning (``warn``), which the CLI prints as one line.
+    """
     directory = Path(adapter).expanduser()
     if not directory.exists():
-        raise ModelError(f"adapter directory {directory} does not exist", ADAPTER_HINT)
+        from gradian.user_files import absent
+
+        raise ModelError(f"adapter directory {directory} {absent(directory)}", ADAPTER_HINT)
     if not directory.is_dir():
         raise ModelError(f"--adapter {directory} is a file, not an adapter directory", ADAPTER_HINT)
     config_path = directory / ADAPTER_CONFIG
@@ -57,8 +62,9 @@ def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False) -> A
     peft_type = str(config.get("peft_type", "")).upper()
     if peft_type != "LORA":
         raise ModelError(
-            f"{directory} holds a {config.get('peft_type') or 'untyped'} PEFT adapter, not LoRA: Gradian attributes "
-            "over the A and B matrices of LoRA layers",
+            (f"{directory} holds a {config['peft_type']} PEFT adapter, not LoRA" if config.get("peft_type") else
+             f"{config_path} names no peft_type, so it is not a LoRA adapter config")
+            + ": Gradian attributes over the A and B matrices of LoRA layers",
             "train a LoRA adapter (peft_type LORA) and pass its directory as --adapter",
         )
     safetensors_path = directory / SAFETENSORS_WEIGHTS
@@ -73,9 +79,10 @@ def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False) -> A
                 "re-save the adapter with save_pretrained(..., safe_serialization=True), or pass --allow-pickle if "
                 "you trust the file (it is still read with torch.load(weights_only=True))",
             )
-        message = f"loading pickled adapter weights {pickle_path} (--allow-pickle) with torch.load(weights_only=True)"
-        warnings.warn(message, UserWarning, stacklevel=2)
-        log.warning(message)
+        if warn:
+            warnings.warn(f"loading pickled adapter weights {pickle_path} (--allow-pickle) with "
+                          "torch.load(weights_only=True): tensors only, no code runs; a crafted file can still "
+                          "hold wrong or huge tensors", UserWarning, stacklevel=2)
         return AdapterFiles(directory, config, pickle_path, pickled=True)
     raise ModelError(
         f"no LoRA weights in {directory}: neither {SAFETENSORS_WEIGHTS} nor {PICKLE_WEIGHTS} is there",

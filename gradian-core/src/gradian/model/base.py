@@ -38,8 +38,10 @@ def resolve_base_model(name: str | os.PathLike[str], *, progress: bool = True) -
     path = Path(text).expanduser()
     if path.exists():
         return _model_directory(path)
-    if _looks_like_path(text):
-        raise ModelError(f"base model directory {text} does not exist", _NAME_HINT)
+    if _looks_like_path(text) or path.is_symlink():  # a link that leads nowhere is a path, not a hub id
+        from gradian.user_files import absent
+
+        raise ModelError(f"base model directory {text} {absent(path)}", _NAME_HINT)
     snapshot = hub_cache_snapshot(text)
     if snapshot is not None:
         return snapshot
@@ -57,7 +59,7 @@ def base_model_named_by(adapter: str | os.PathLike[str]) -> str | None:
     from gradian.model.adapter_dir import inspect_adapter_dir
 
     # allow_pickle only lets the check pass a .bin adapter; loading it is still refused later unless allowed.
-    named = inspect_adapter_dir(adapter, allow_pickle=True).trained_on
+    named = inspect_adapter_dir(adapter, allow_pickle=True, warn=False).trained_on
     return named.strip() if isinstance(named, str) and named.strip() else None
 
 

@@ -75,6 +75,37 @@ def training_examples(job: TrainJob) -> tuple[list[Any], tuple[str, ...]]:
     return kept, dropped
 
 
+def check_training_data(job: TrainJob) -> int:
+    """Read and validate the job's data before any model loads; refuse data that has nothing to learn.
+
+    Returns how many examples the job trains on. Every row is parsed (a bad row is refused with file:line), the
+    ids to drop are checked, and a dataset whose every supervised turn is empty (or that has no supervised turn
+    at all) is refused: trained on, it teaches the model only to end its turn at once.
+    """
+    examples, _ = training_examples(job)
+    if any(_has_an_answer(example) for example in examples):
+        return len(examples)
+    supervised = sum(1 for example in examples if example.text is not None
+                     or any(message.supervised for message in example.messages))
+    where = job.dataset if not job.extra_datasets else f"{job.dataset} (and {len(job.extra_datasets)} more files)"
+    if supervised:
+        raise DatasetError(
+            f"every assistant turn in {where} is empty ({len(examples)} examples): training would teach the model "
+            "only to end its turn at once",
+            f"write the answers, or list the rows with gradian diagnose --dataset {job.dataset}")
+    raise DatasetError(
+        f"no example in {where} has an assistant turn to train on ({len(examples)} examples; turns with "
+        "weight 0 are not trained on)",
+        f"end each conversation with the assistant's answer, or list the rows with gradian diagnose --dataset {job.dataset}")
+
+
+def _has_an_answer(example: Any) -> bool:
+    """Whether the example supervises some text: a non-blank text row, or a non-blank supervised assistant turn."""
+    if example.text is not None:
+        return bool(example.text.strip())
+    return any(message.supervised and message.content.strip() for message in example.messages)
+
+
 def _renumbered(examples: Sequence[Any], offset: int) -> list[Any]:
     """The examples with positions (and the ids that embed them) shifted by ``offset``."""
     import dataclasses

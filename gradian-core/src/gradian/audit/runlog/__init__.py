@@ -19,7 +19,9 @@ def _confidence(reader: RunLogReaderSpec, path: Path) -> float:
 def check_run_dir(path: Path) -> None:
     """RunDirError unless ``path`` is an existing directory."""
     if not path.exists():
-        raise RunDirError(f"run directory {path} does not exist", "pass the output_dir your trainer wrote to --run")
+        from gradian.user_files import absent
+
+        raise RunDirError(f"run directory {path} {absent(path)}", "pass the output_dir your trainer wrote to --run")
     if not path.is_dir():
         raise RunDirError(f"--run {path} is a file, not a directory", f"pass the directory that holds it: --run {path.parent}")
 
