@@ -151,6 +151,7 @@ FIRE: dict[str, tuple[Any, str]] = {
     "loss_collapse_zero": (lambda env: healthy_plain(env, points=env.points_with(loss={90: 0.0, 91: 0.0, 92: 0.0})), "error"),
     "grad_norm_zero": (lambda env: healthy_plain(env, points=env.points_with(grad_norm={s: 0.0 for s in range(1, 101)})), "error"),
     "adapter_untrained": (lambda env: {"adapter": _zero_adapter(env)}, "error"),
+    "adapter_unusable": (lambda env: {"adapter": _edited_adapter(env, r=16)}, "error"),
     "loss_spike": (lambda env: healthy_plain(env, points=env.points_with(loss={50: 5.0})), "warning"),
     "grad_norm_explosion": (lambda env: healthy_plain(env, points=env.points_with(grad_norm={40: 250.0})), "warning"),
     "implausible_initial_loss": (lambda env: healthy_plain(env, points=env.points_with(loss={1: 9.0})), "warning"),
@@ -180,6 +181,8 @@ FIRE_VARIANTS: dict[str, tuple[Any, str]] = {
     "lr_schedule_mismatch/zero": (lambda env: healthy_plain(env, points=env.points_with(learning_rate={s: 0.0 for s in range(1, 101)})), "warning"),
     "memorization/accuracy": (lambda env: healthy_plain(env, points=env.points_with(mean_token_accuracy={100: 0.995})), "warning"),
     "run_incomplete/steps": (lambda env: healthy_plain(env, points=healthy_points()[:70], status=None, global_step=60), "warning"),
+    "adapter_unusable/empty_config": (lambda env: {"adapter": _edited_adapter(env, replace={})}, "error"),
+    "adapter_unusable/dora": (lambda env: {"adapter": _dora_adapter(env)}, "error"),
     "adapter_base_mismatch/added_tokens": (lambda env: {"adapter": env.tiny_adapter_dir, "base_model": str(env.tiny_base_dir),
                                                         "tokenizer": env.tokenizers["chatml_added"],
                                                         "dataset": env.data([chat("Use the <tool> now.", "Calling <tool> for you.")])}, "warning"),
@@ -206,6 +209,7 @@ QUIET: dict[str, Any] = {
     "adapter_base_mismatch": lambda env: {"adapter": env.tiny_adapter_dir, "base_model": str(env.tiny_base_dir),
                                           "dataset": env.real.healthy_dataset},
     "adapter_untrained": lambda env: {"adapter": env.tiny_adapter_dir},
+    "adapter_unusable": lambda env: {"adapter": env.tiny_adapter_dir},
     "implausible_initial_loss": lambda env: healthy_plain(env, points=env.points_with(loss={1: 5.9})),  # just under ln(384)
     "train_eval_overlap": lambda env: {"dataset": env.real.healthy_dataset, "eval_dataset": env.data(EVAL_ROWS, "eval.jsonl")},
 }
@@ -263,6 +267,30 @@ def _relabelled_adapter(env: CaseEnv, base_name: str) -> Path:
     config = json.loads((target / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = base_name
     (target / "adapter_config.json").write_text(json.dumps(config))
+    return target
+
+
+def _edited_adapter(env: CaseEnv, replace: dict[str, Any] | None = None, **changes: Any) -> Path:
+    """The tiny adapter's weights under an edited adapter_config.json (``replace``: the whole config)."""
+    import shutil
+
+    target = env.tmp / f"edited-adapter-{len(list(env.tmp.glob('edited-adapter-*')))}"
+    shutil.copytree(env.tiny_adapter_dir, target)
+    config = json.loads((target / "adapter_config.json").read_text())
+    (target / "adapter_config.json").write_text(json.dumps(replace if replace is not None else {**config, **changes}))
+    return target
+
+
+def _dora_adapter(env: CaseEnv) -> Path:
+    """A DoRA adapter as peft saves it (use_dora, lora_magnitude_vector tensors)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(env.tiny_base_dir)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                  use_dora=True, task_type="CAUSAL_LM"))
+    target = env.tmp / "dora-adapter"
+    peft_model.save_pretrained(target, safe_serialization=True)
     return target
 
 

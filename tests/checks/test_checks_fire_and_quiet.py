@@ -23,7 +23,7 @@ def _run(env: CaseEnv, check_id: str, inputs: dict[str, Any]):
 
 def test_every_registered_check_has_a_firing_and_a_quiet_case():
     checks = get_plugins().audit_checks()
-    assert len(checks) == 43
+    assert len(checks) == 44
     assert set(FIRE) == set(checks)
     assert {key.split("/")[0] for key in FIRE_VARIANTS} <= set(checks)
     assert set(QUIET) <= set(checks)

@@ -20,7 +20,7 @@ def test_healthy_real_run_has_no_warnings_or_errors(real_runs):
     report = diagnose(dataset=real_runs.healthy_dataset, run=real_runs.healthy_run, base_model=str(real_runs.base_dir),
                       eval_dataset=real_runs.eval_dataset)
     assert not report.skipped and not report.failed
-    assert len(report.ran) == 43
+    assert len(report.ran) == 44
     assert [f"{f.check_id}: {f.message}" for f in report.findings if f.severity in ("error", "warning")] == []
     assert report.inputs["run"]["reader"] == "hf-trainer"
     assert report.inputs["adapter"]["found_in_run_dir"] is True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -382,6 +383,96 @@ def adapter_base_mismatch(ctx: Any) -> Iterator[Hit]:
                   "train embed_tokens / lm_head: the new tokens stay untrained",
                   (Evidence(f"modules_to_save = {modules or None}; base vocab_size {vocab}; tokenizer size {len(ctx.tokenizer)}",
                             location=config_file, values={"vocab_size": vocab, "max_token_id": used}),))
+
+
+# peft LoraConfig fields that turn a LoRA layer into a variant (DoRA and the rest) whose computation is not the plain
+# x A^T B^T the gradient hooks differentiate; ``init_lora_weights`` values that do the same.
+LORA_VARIANT_FIELDS = ("use_dora", "velora_config", "alora_invocation_tokens", "monteclora_config", "use_bdlora",
+                       "arrow_config", "kasa_config")
+LORA_VARIANT_INITS = ("mica",)
+_LORA_TENSOR = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+?)\.(?P<kind>lora_A|lora_B)(?:\.[^.]+)?\.weight$")
+
+
+def _rank_for(module: str, config: Any) -> Any:
+    """The rank peft gives ``module``: its rank_pattern entry (peft's own matching), else r."""
+    pattern = config.get("rank_pattern") or {}
+    if isinstance(pattern, dict):
+        for key, rank in pattern.items():
+            try:
+                if re.match(rf"(.*\.)?({key})$", module):
+                    return rank
+            except re.error:
+                continue
+    return config.get("r")
+
+
+def _adapter_config_problems(adapter: Any, config_file: str) -> Iterator[Hit]:
+    """What in adapter_config.json makes gradian index refuse the adapter: no LoRA type, no rank, a variant."""
+    config = adapter.config
+    peft_type = config.get("peft_type")
+    if str(peft_type or "").upper() != "LORA":
+        what = f"peft_type {peft_type!r}" if peft_type else "no peft_type"
+        yield Hit(f"adapter_config.json has {what}, not LORA: gradian index and attribute refuse this adapter",
+                  (Evidence(f"{len(config)} keys, peft_type = {peft_type!r}", location=config_file,
+                            values={"peft_type": str(peft_type)}),),
+                  fix="pass the adapter_config.json peft's save_pretrained wrote with the LoRA weights (it names "
+                      "peft_type LORA, r, lora_alpha and target_modules)")
+        return
+    rank = config.get("r")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        yield Hit(f"adapter_config.json has r = {rank!r}, not a positive rank: peft cannot build the LoRA layers",
+                  (Evidence(f"r = {rank!r}", location=config_file),),
+                  fix="restore adapter_config.json from the run that saved these weights")
+    variants = [name for name in LORA_VARIANT_FIELDS if config.get(name)]
+    if config.get("init_lora_weights") in LORA_VARIANT_INITS:
+        variants.append(f"init_lora_weights={config['init_lora_weights']}")
+    magnitude = [name for name in adapter.tensors if "lora_magnitude_vector" in name]
+    if magnitude and "use_dora" not in variants:
+        variants.append("use_dora (lora_magnitude_vector tensors)")
+    if variants:
+        shown = ", ".join(variants)
+        yield Hit(f"the adapter is a LoRA variant ({shown}): gradian computes plain LoRA gradients, and gradian index "
+                  "and attribute refuse it",
+                  (Evidence(f"{shown}" + (f"; {len(magnitude)} lora_magnitude_vector tensors" if magnitude else ""),
+                            location=config_file, values={"variants": variants}),),
+                  fix="attribute a plain LoRA adapter (train with use_dora=False), or skip these blocks with "
+                      "grads.module_filter")
+
+
+@family.check(
+    "adapter_unusable", "error",
+    "adapter_config.json does not describe its weights (not LoRA, no rank, a rank other than the tensors'), or "
+    "the adapter is a LoRA variant such as DoRA: gradian index and attribute refuse it",
+    "restore the adapter_config.json saved with these weights (peft's save_pretrained writes both), or attribute "
+    "a plain LoRA adapter",
+    needs={"adapter"},
+)
+def adapter_unusable(ctx: Any) -> Iterator[Hit]:
+    """The adapter index would refuse, found from its config and tensor headers alone (no model, no torch)."""
+    adapter = ctx.adapter
+    config_file = (adapter.path / "adapter_config.json").as_posix()
+    problems = list(_adapter_config_problems(adapter, config_file))
+    yield from problems
+    if problems:
+        return
+    wrong = []
+    for name, info in sorted(adapter.tensors.items()):
+        match = _LORA_TENSOR.match(name)
+        if match is None or len(info.shape) != 2:
+            continue
+        expected = _rank_for(match.group("module"), adapter.config)
+        actual = info.shape[0] if match.group("kind") == "lora_A" else info.shape[1]
+        if isinstance(expected, int) and actual != expected:
+            wrong.append((name, info.shape, actual, expected))
+    if wrong:
+        name, shape, actual, expected = wrong[0]
+        yield Hit(f"adapter_config.json says rank {expected} but {len(wrong)} of the LoRA tensors have rank {actual}: "
+                  "gradian index and attribute refuse an adapter whose config does not match its weights",
+                  tuple(Evidence(f"{n} has shape {list(s)} (rank {a}); the config gives rank {e}",
+                                 location=adapter.weights.as_posix(), values={"rank": a, "config_rank": e})
+                        for n, s, a, e in wrong[:5]),
+                  fix="restore the adapter_config.json saved with these weights (its r and rank_pattern must match "
+                      "the tensors' shapes)")
 
 
 CHECKS = tuple(family.checks)

@@ -43,7 +43,7 @@ def diagnose(
     plots: Annotated[Optional[Path], typer.Option("--plots", help="Write loss / grad-norm / learning-rate PNGs with flagged steps marked into this directory (needs matplotlib).")] = None,
     trust_remote_code: TrustRemoteCodeFlag = False,
 ) -> int:
-    """Audit the training data, the run's config and its training dynamics (the 43 checks of CHECKS.md)."""
+    """Audit the training data, the run's config and its training dynamics (the 44 checks of CHECKS.md)."""
     import json
     import sys
 
