@@ -57,8 +57,11 @@ def average_precision(blame: np.ndarray, planted: np.ndarray) -> float:
 
 
 def ranking_metrics(blame: np.ndarray, planted_rows: list[int], reproduced_rows: list[int] | None,
-                    sources: list[str], planted_cluster: str | None) -> dict[str, Any]:
-    """recall@k, AUPRC, first-hit rank, recall over reproduced rows, planted-cluster rank of one blame vector."""
+                    sources: list[str], planted_cluster: str | Sequence[str] | None) -> dict[str, Any]:
+    """recall@k, AUPRC, first-hit rank, recall over reproduced rows, planted-cluster rank of one blame vector.
+
+    With several planted clusters (two_causes), ``cluster_rank`` is the worst of their ranks: both must stand out.
+    """
     n = len(blame)
     order = np.argsort(-blame, kind="stable")
     rank = np.empty(n, dtype=np.int64)
@@ -74,11 +77,12 @@ def ranking_metrics(blame: np.ndarray, planted_rows: list[int], reproduced_rows:
     if reproduced_rows:
         kr = len(reproduced_rows)
         metrics["recall_reproduced"] = float(np.isin(order[:kr], reproduced_rows).mean())
-    if planted_cluster is not None:
+    clusters = [planted_cluster] if isinstance(planted_cluster, str) else list(planted_cluster or ())
+    if clusters:
         names = sorted(set(sources))
         means = {name: float(np.mean([b for b, s in zip(blame, sources, strict=True) if s == name])) for name in names}
         ranked = sorted(names, key=lambda name: -means[name])
-        metrics["cluster_rank"] = ranked.index(planted_cluster) + 1
+        metrics["cluster_rank"] = max(ranked.index(cluster) + 1 for cluster in clusters)
     return metrics
 
 
@@ -96,11 +100,12 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         with_reduction,
     )
 
+    from gradian.config import with_overrides
     from gradian.demo.run import demo_config, reproduced_planted_ids, run_demo
     from gradian.demo.scenarios import make_scenario
 
     scenario = make_scenario(kind, seed)
-    config = demo_config(scenario)
+    config = with_overrides(demo_config(scenario), args.set)
     if args.no_gate:
         config = config.replace(evaluation=dataclasses.replace(config.evaluation, require_significant=False,
                                                                query_signal="classic"))
@@ -115,8 +120,9 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "metric": scenario.metric, "delta": capability.get("delta"),
         "ci": [capability.get("ci_low"), capability.get("ci_high")],
         "regressed": sum(1 for item in capability.get("items", []) if item.get("regressed")),
-        "verdict": report["verdict"]["headline"], "accused": report["verdict"].get("accused_cluster"),
-        "planted_cluster": scenario.planted_cluster, "demo_seconds": demo.timings, "methods": {},
+        "verdict": report["verdict"]["headline"],
+        "accused": ", ".join(report["verdict"].get("accused_clusters") or []) or None,
+        "planted_cluster": ", ".join(scenario.planted_clusters) or None, "demo_seconds": demo.timings, "methods": {},
     }
     if report.get("method") is None:  # refused: no significant regression to explain
         case_row["status"] = "refused"
@@ -125,7 +131,8 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     reproduced = reproduced_planted_ids(scenario, report)
     truth = Truth(planted_rows=list(scenario.planted_rows),
                   reproduced_rows=sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced),
-                  sources=[str(e.fields["source"]) for e in scenario.train], planted_cluster=scenario.planted_cluster)
+                  sources=[str(e.fields["source"]) for e in scenario.train],
+                  planted_cluster=scenario.planted_clusters or None)
     case_row["reproduced"] = len(truth.reproduced_rows) if reproduced is not None else None
     methods = {name: method for name, method in {**gradian_methods(), **baseline_methods()}.items()
                if not any(part in name for part in args.skip)}
@@ -185,7 +192,7 @@ class Truth:
     planted_rows: list[int]
     reproduced_rows: list[int]  # planted rows whose wrong answer the fine-tuned model gives
     sources: list[str]
-    planted_cluster: str | None
+    planted_cluster: str | Sequence[str] | None
 
 
 def query_set(case: Any, case_row: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -236,11 +243,11 @@ def explained_items(scenario: Any, items: Sequence[Any], reproduced: set[str] | 
     ``reproduced`` holds the planted rows whose wrong answer the fine-tuned model gives on the item they attack
     (``reproduced_planted_ids``); those items are the ones the planted rows explain.
     """
-    if scenario.kind == "format":
-        return [item for item in items if len(FRENCH.findall(item.finetuned_output or "")) >= 2]
+    french = "community_answers" in scenario.planted_clusters  # the format plant, alone or one of two causes
     attacked = {target for row_id, target in zip(scenario.planted_ids, scenario.planted_targets, strict=True)
-                if reproduced and row_id in reproduced}
-    return [item for item in items if item.id in attacked]
+                if reproduced and target is not None and row_id in reproduced}
+    return [item for item in items if item.id in attacked
+            or (french and len(FRENCH.findall(item.finetuned_output or "")) >= 2)]
 
 
 def verify_case(workdir: Path, base_model: str, report: dict[str, Any], top_k: int | None) -> dict[str, Any]:
@@ -277,7 +284,7 @@ def _with_accused(case: dict[str, Any], workdir: Path, kind: str) -> dict[str, A
 
         report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
         case["accused"] = report["verdict"].get("accused_cluster")
-        case["planted_cluster"] = make_scenario(kind, case["seed"]).planted_cluster
+        case["planted_cluster"] = ", ".join(make_scenario(kind, case["seed"]).planted_clusters) or None
     return case
 
 
@@ -338,7 +345,8 @@ def markdown(cases: list[dict[str, Any]], summary: dict[str, Any], environment: 
 
     lines = ["# Attribution accuracy on planted regressions", "",
              f"Model {environment['base_model']}, {environment['python']}, {environment['platform']}; "
-             f"written by bench/accuracy.py.", ""]
+             f"written by bench/accuracy.py"
+             + (f" with {', '.join(environment['overrides'])}" if environment.get("overrides") else "") + ".", ""]
     lines += headline(summary)
     for key, title in (("methods", "queried with every regressed item"),
                        ("methods_explained", "queried with the regressed items showing the planted behaviour")):
@@ -397,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect", action="store_true",
                         help="only gather the cases earlier runs finished into the table; run nothing")
     parser.add_argument("--rescore", action="store_true", help="score cases again that an earlier run finished")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="a config override on top of the demo's config, e.g. train.learning_rate=5e-4 "
+                             "(repeatable; recorded in the results)")
     parser.add_argument("--no-gate", action="store_true",
                         help="score even without a significant regression (classic query): for tiny test models")
     args = parser.parse_args(argv)
@@ -404,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     args.reductions = [r for r in args.reductions.split(",") if r]
     args.skip = [part for part in args.skip.split(",") if part]
     environment = {"base_model": args.base_model, "python": platform.python_version(),
-                   "platform": platform.platform(), "kinds": args.kinds, "seeds": args.seeds}
+                   "platform": platform.platform(), "kinds": args.kinds, "seeds": args.seeds,
+                   "overrides": list(args.set)}
     cases = []
     for kind in args.kinds.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
