@@ -11,9 +11,9 @@ import typer
 
 from gradian.cli.options import JsonFlag
 
-FORMATS = ("table", "json")
+FORMATS = ("table", "json", "md")
 WIDE_COLUMNS = 120  # below this the tables drop their dates and fold an index's details into one column
-FormatOption = Annotated[str, typer.Option("--format", help="table or json.")]
+FormatOption = Annotated[str, typer.Option("--format", help="How results are printed: table, json or md.")]
 
 cache_app = typer.Typer(
     help="List what Gradian's cache dir holds (gradient indexes, converted models, half-built dirs), or prune it.",
@@ -45,6 +45,13 @@ def list_cache(output_format: FormatOption = "table", json_output: JsonFlag = Fa
         typer.echo(json.dumps({"cache_dir": str(root), "entries": [e.to_dict(now) for e in entries],
                                "total_bytes": sum(e.size_bytes for e in entries)}, indent=2))
         return
+    if output_format == "md":
+        from gradian.cli.output import markdown_table
+
+        rows = [(e.kind, e.id, _size(e.size_bytes), _age(e.age_seconds(now)), _what(e)) for e in entries]
+        typer.echo(f"# gradian cache `{root}`\n\n" + markdown_table(("kind", "id", "size", "age", "what"), rows)
+                   + f"\n\n{total_line(entries, root) if entries else 'empty'}")
+        return
     from gradian.cli.console import table_console
 
     console = table_console()
@@ -69,6 +76,7 @@ def prune(
     partial: Annotated[bool, typer.Option("--partial", help="Half-built dirs: killed index builds and model conversions (a build running now loses its finished shards).")] = False,
     everything: Annotated[bool, typer.Option("--all", help="Every entry Gradian recognises (dirs it did not write are left alone).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be removed and remove nothing.")] = False,
+    output_format: FormatOption = "table",
 ) -> None:
     """Remove cached entries by age, id, or half-built state; print what went and the bytes freed."""
     import time
@@ -77,6 +85,7 @@ def prune(
     from gradian.cache_entries import list_entries, parse_age, remove_entries, select_entries
     from gradian.errors import GradianError
 
+    fmt = _check_format(output_format)
     age = parse_age(older_than) if older_than is not None else None
     root = cache_dir()
     entries = list_entries(root)
@@ -85,25 +94,42 @@ def prune(
                             now=now)
     if everything:
         _left_alone([e for e in entries if not e.removable])
-    if not chosen:
-        typer.echo(f"gradian cache: nothing to remove{f' (no entry older than {older_than})' if age else ''}")
-        return
-    if dry_run:
-        for entry in chosen:
-            typer.echo(f"would remove {_describe(entry, now)}")
-        typer.echo(f"would free {_size(sum(e.size_bytes for e in chosen))} ({_count(len(chosen))}) from {root}; "
-                   "nothing removed (--dry-run)")
+    if not chosen or dry_run:
+        text = (f"gradian cache: nothing to remove{f' (no entry older than {older_than})' if age else ''}"
+                if not chosen else "\n".join([*(f"would remove {_describe(e, now)}" for e in chosen),
+                                               f"would free {_size(sum(e.size_bytes for e in chosen))} "
+                                               f"({_count(len(chosen))}) from {root}; nothing removed (--dry-run)"]))
+        _print_pruned(fmt, root, chosen, [], dry_run, now, text)
         return
     removed, failed = remove_entries(chosen, root)
-    for entry in removed:
-        typer.echo(f"removed {_describe(entry, now)}")
-    typer.echo(f"freed {_size(sum(e.size_bytes for e in removed))} ({_count(len(removed))}) from {root}")
+    text = "\n".join([*(f"removed {_describe(e, now)}" for e in removed),
+                      f"freed {_size(sum(e.size_bytes for e in removed))} ({_count(len(removed))}) from {root}"])
+    _print_pruned(fmt, root, removed, failed, dry_run, now, text)
     if failed:
         entry, reason = failed[0]
         more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
         raise GradianError(f"could not remove {entry.path}{more}: {reason}",
                            "check the permissions of the cache dir; entries not removed are still listed by "
                            "`gradian cache list`")
+
+
+def _print_pruned(fmt: str, root: Path, entries: list[Any], failed: list[Any], dry_run: bool, now: float,
+                  text: str) -> None:
+    """What prune removed (or would remove) on stdout in ``fmt``."""
+    from gradian.cli.output import markdown_table, print_result
+
+    data = {"cache_dir": str(root), "dry_run": dry_run, "removed": [] if dry_run else [e.to_dict(now) for e in entries],
+            "would_remove": [e.to_dict(now) for e in entries] if dry_run else [],
+            "freed_bytes": 0 if dry_run else sum(e.size_bytes for e in entries),
+            "failed": [{"path": str(e.path), "reason": str(reason)} for e, reason in failed]}
+    rows = [(e.kind, e.id, _size(e.size_bytes), _age(e.age_seconds(now)), _what(e)) for e in entries]
+    title = "would remove (--dry-run)" if dry_run else "removed"
+    print_result(fmt, data, text, f"## {title}\n\n" + markdown_table(("kind", "id", "size", "age", "what"), rows))
+
+
+def _what(entry: Any) -> str:
+    summary = entry.index
+    return entry.note or (f"{summary.num_examples} examples x {summary.dim}, {_built_from(summary)}" if summary else "")
 
 
 def index_table(entries: list[Any], now: float, wide: bool = True) -> Any:

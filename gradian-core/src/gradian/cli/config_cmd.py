@@ -6,32 +6,43 @@ from typing import Annotated
 
 import typer
 
-from gradian.cli.options import ConfigOption, SetOption
+from gradian.cli.options import ConfigOption, FormatOption, SetOption
 
 
 def config(
     config: ConfigOption = None,
     set_: SetOption = None,
     list_keys: Annotated[bool, typer.Option("--list", help="List every key with its default and allowed values.")] = False,
+    output_format: FormatOption = "table",
 ) -> None:
-    """Print the configuration a command would run with (YAML), or list every key."""
+    """Print the configuration a command would run with (YAML; --format json or md), or list every key."""
     import dataclasses
     import typing
 
     import yaml
 
     from gradian.cli.options import load_cli_config
+    from gradian.cli.output import flat_items, markdown_table, print_result
+    from gradian.cli.output import output_format as check_format
     from gradian.config import SECTIONS, allowed_values
 
+    fmt = check_format(output_format)
     if list_keys:
+        keys = []
         for section, cls in SECTIONS.items():
             hints = typing.get_type_hints(cls)
             for f in dataclasses.fields(cls):
                 default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                typer.echo(f"{section}.{f.name} = {default!r}  [{allowed_values(f, hints[f.name])}]  {f.metadata['help']}")
+                keys.append({"key": f"{section}.{f.name}", "default": default,
+                             "allowed": allowed_values(f, hints[f.name]), "help": f.metadata["help"]})
+        text = "\n".join(f"{k['key']} = {k['default']!r}  [{k['allowed']}]  {k['help']}" for k in keys)
+        markdown = markdown_table(("key", "default", "allowed", "help"),
+                                  [(k["key"], repr(k["default"]), k["allowed"], k["help"]) for k in keys])
+        print_result(fmt, {"keys": keys}, text, markdown)
         return
-    cfg = load_cli_config(config, set_)
-    typer.echo(yaml.safe_dump(cfg.to_dict(), sort_keys=False).rstrip())
+    data = load_cli_config(config, set_).to_dict()
+    print_result(fmt, data, yaml.safe_dump(data, sort_keys=False).rstrip(),
+                 markdown_table(("key", "value"), flat_items(data)))
 
 
 def register(app: typer.Typer) -> None:

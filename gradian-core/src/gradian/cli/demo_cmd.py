@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from gradian.cli.options import DeviceOption, DtypeOption
+from gradian.cli.options import DeviceOption, DtypeOption, FormatOption
 
 SCENARIO_HELP = ("fact (a wrong capital rule, the default), format (answers switch to French), span "
                  "(one wrong sentence inside long entries), behaviour (one topic answered with a canned "
@@ -26,9 +26,11 @@ def demo(
                       "a changed train key retrains.")] = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    output_format: FormatOption = "table",
 ) -> None:
     """Run the whole workflow on a planted regression: train -> diagnose -> attribute -> verdict (CPU, minutes)."""
     from gradian.cli.attribute_cmd import verdict_text
+    from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
     from gradian.config import with_overrides
     from gradian.demo.run import demo_config, run_demo
@@ -36,6 +38,7 @@ def demo(
     from gradian.errors import ConfigError
     from gradian.model.placement import resolve_placement
 
+    fmt = check_format(output_format)
     placement = resolve_placement(device, dtype)  # before anything is written: a bad --device leaves no work dir
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(SCENARIOS)}")
@@ -46,6 +49,18 @@ def demo(
     if workdir is not None:
         check_output_dir(workdir, "--workdir")
     resolve_base_model(base_model)  # a base model that is not there: before the scenario is written
+    if fmt != "table":  # json / md: the stage lines and the trainer's output on stderr, the result alone on stdout
+        from gradian.cli.output import libraries_quiet, note, print_result
+
+        with stage_bars() as bars, libraries_quiet():
+            result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
+                              config=config, progress=bars, echo=note, device=placement.device,
+                              dtype=placement.dtype)
+        data = {"report_path": str(result.report_path), "check": result.check.lines(), "timings": result.timings,
+                "reused": list(result.reused), "report": result.report}
+        markdown = result.report_path.read_text(encoding="utf-8") if result.report_path.suffix == ".md" else None
+        print_result(fmt, data, "", markdown)
+        return
     with stage_bars() as bars:
         result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
                           config=config, progress=bars, echo=typer.echo, device=placement.device,

@@ -16,6 +16,7 @@ from gradian.cli.options import (
     DatasetOption,
     DeviceOption,
     DtypeOption,
+    FormatOption,
     SetOption,
     TokenizerOption,
     TrustRemoteCodeFlag,
@@ -38,26 +39,31 @@ def index(
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an index of another dataset or adapter at --out.")] = False,
+    output_format: FormatOption = "table",
 ) -> None:
     """Capture per-example LoRA gradients of the training set into an index directory (reused when identical)."""
     from gradian.cli.options import load_cli_config
+    from gradian.cli.output import note, print_result
+    from gradian.cli.output import output_format as check_format
     from gradian.index.distributed import is_main_process
 
+    fmt = check_format(output_format)
     cfg = load_cli_config(config, set_)
     index_built = build_from_cli(base_model, adapter, dataset, out, cfg, allow_pickle=allow_pickle,
                                  trust_remote_code=trust_remote_code, device=device, dtype=dtype, overwrite=overwrite,
                                  tokenizer=tokenizer)
     if is_main_process():
-        typer.echo(summary_line(index_built))
-        typer.echo(f"  {index_built.path}")
-        for note in index_notes(index_built):
-            typer.echo(f"note: {note}", err=True)
+        notes = index_notes(index_built)
+        print_result(fmt, summary_data(index_built, notes), f"{summary_line(index_built)}\n  {index_built.path}")
+        for line in notes:
+            note(f"note: {line}")
 
 
 def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path | None, out: Path | None, cfg: Any, *,
                    allow_pickle: bool = False, trust_remote_code: bool = False, device: str = "auto",
                    dtype: str = "auto", overwrite: bool = False, tokenizer: Path | None = None) -> Any:
     """Check the inputs, load dataset and model, and build the index with a progress bar (rank 0 only)."""
+    from gradian.cli.output import libraries_quiet, note
     from gradian.cli.progress import one_bar
     from gradian.errors import ConfigError
     from gradian.index.build import build_index
@@ -84,16 +90,13 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
     examples = load_dataset(dataset)
     if out is not None and not overwrite:
         refuse_other_inputs(Path(out).expanduser().absolute(), getattr(examples, "sha256", None), adapter)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # one progress bar on stderr: ours
-    loaded = LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
-                              device=placement.device, dtype=placement.dtype, tokenizer=tokenizer)
+    with libraries_quiet():  # one progress bar on stderr: ours
+        loaded = LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+                                  device=placement.device, dtype=placement.dtype, tokenizer=tokenizer)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     label = "indexing" if world <= 1 else f"indexing (rank 0 of {world})"
     with one_bar(label, enabled=is_main_process()) as progress:
-        return build_index(loaded, examples, cfg, out, progress=progress,
-                           say=(lambda line: typer.echo(line, err=True)) if is_main_process() else None)
+        return build_index(loaded, examples, cfg, out, progress=progress, say=note if is_main_process() else None)
 
 
 def summary_line(index: Any) -> str:
@@ -108,6 +111,18 @@ def summary_line(index: Any) -> str:
     return (f"index {manifest.index_id} {state}{timing}: {manifest.num_examples} examples x {manifest.dim} "
             f"({kind}, {manifest.storage_dtype}), {len(manifest.blocks) // 2} LoRA blocks, "
             f"{shards} shard{'' if shards == 1 else 's'}, {size:.1f} MB")
+
+
+def summary_data(index: Any, notes: list[str]) -> dict[str, Any]:
+    """What summary_line says, as the JSON document of ``gradian index --format json``."""
+    manifest = index.manifest
+    projection = manifest.projection
+    return {"index_id": manifest.index_id, "path": str(index.path), "state": "reused" if index.reused else "built",
+            "seconds": None if index.reused else manifest.build.get("seconds"),
+            "examples": manifest.num_examples, "dim": manifest.dim,
+            "projection": None if projection is None else projection["dim"], "storage_dtype": manifest.storage_dtype,
+            "lora_blocks": len(manifest.blocks) // 2, "shards": len(manifest.shards), "bytes": index.disk_bytes(),
+            "totals": dict(manifest.totals), "notes": notes}
 
 
 def index_notes(index: Any) -> list[str]:

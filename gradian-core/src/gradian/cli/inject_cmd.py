@@ -15,6 +15,7 @@ from gradian.cli.options import (
     DeviceOption,
     DtypeOption,
     EvalDatasetOption,
+    FormatOption,
     SetOption,
     TrustRemoteCodeFlag,
 )
@@ -42,17 +43,19 @@ def inject(
     trust_remote_code: TrustRemoteCodeFlag = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    output_format: FormatOption = "table",
 ) -> None:
     """Plant a known-bad cluster, train and attribute; exit 0 when it is blamed first, 1 when it is not."""
-    import contextlib
-    import sys
-
     from gradian.checking.inject import plan_inject, run_inject
     from gradian.cli.app import invoked_command
+    from gradian.cli.output import libraries_quiet, note
+    from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
+    from gradian.cli.verify_cmd import print_outcome
     from gradian.model.placement import resolve_placement
     from gradian.train import resolve_backend
 
+    fmt = check_format(output_format)
     resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read
     resolve_backend(backend)
     if out is not None:  # before anything loads: a bad --out must not come after training
@@ -63,12 +66,9 @@ def inject(
                        config_path=config, overrides=set_ or (), k=k, label=label, backend=backend,
                        trust_remote_code=trust_remote_code, device=device, dtype=dtype)
     # Trainers print their log dicts to stdout; stdout is kept for the verdict, so scripts can read it.
-    with stage_bars() as bars, contextlib.redirect_stdout(sys.stderr):
-        outcome = run_inject(plan, say=lambda text: typer.echo(text, err=True), progress=bars,
-                             command=invoked_command())
-    typer.echo(outcome.result["verdict"]["headline"])
-    typer.echo(outcome.result["verdict"]["summary"])
-    typer.echo(f"inject: {outcome.markdown_path}")
+    with stage_bars() as bars, libraries_quiet():
+        outcome = run_inject(plan, say=note, progress=bars, command=invoked_command())
+    print_outcome(outcome, fmt, "inject")
     if not outcome.passed:
         raise typer.Exit(NOT_BLAMED_EXIT)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -16,6 +16,7 @@ from gradian.cli.options import (
     DeviceOption,
     DtypeOption,
     EvalDatasetOption,
+    FormatOption,
     SetOption,
     TrustRemoteCodeFlag,
 )
@@ -45,16 +46,17 @@ def verify(
     trust_remote_code: TrustRemoteCodeFlag = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    output_format: FormatOption = "table",
 ) -> None:
     """Check an attribution by retraining without the accused cluster: how much of the lost capability comes back."""
-    import contextlib
-    import sys
-
     from gradian.checking.verify import plan_verify, run_verify
     from gradian.cli.app import invoked_command
+    from gradian.cli.output import libraries_quiet, note
+    from gradian.cli.output import output_format as check_format
     from gradian.model.placement import resolve_placement
     from gradian.train import resolve_backend
 
+    fmt = check_format(output_format)
     resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read
     resolve_backend(backend)  # an unknown or missing backend fails before anything is read or trained
     if out is not None:  # before anything loads: a bad --out must not come after training
@@ -66,11 +68,21 @@ def verify(
                        overrides=set_ or (), controls=controls, backend=backend, retrain_full=retrain_full,
                        trust_remote_code=trust_remote_code, device=device, dtype=dtype)
     # Trainers print their log dicts to stdout; stdout is kept for the verdict, so scripts can read it.
-    with contextlib.redirect_stdout(sys.stderr):
-        outcome = run_verify(plan, say=lambda text: typer.echo(text, err=True), command=invoked_command())
-    typer.echo(outcome.result["verdict"]["headline"])
-    typer.echo(outcome.result["verdict"]["summary"])
-    typer.echo(f"verify: {outcome.markdown_path}")
+    with libraries_quiet():
+        outcome = run_verify(plan, say=note, command=invoked_command())
+    print_outcome(outcome, fmt, "verify")
+
+
+def print_outcome(outcome: Any, fmt: str, name: str) -> None:
+    """verify's or inject's result on stdout: its JSON document, its Markdown page, or the verdict lines."""
+    from gradian.cli.output import note, print_result
+
+    verdict = outcome.result["verdict"]
+    markdown = outcome.markdown_path.read_text(encoding="utf-8").rstrip("\n") if fmt == "md" else None
+    print_result(fmt, outcome.result, f"{verdict['headline']}\n{verdict['summary']}\n{name}: {outcome.markdown_path}",
+                 markdown)
+    if fmt != "table":
+        note(f"{name}: {outcome.markdown_path}")
 
 
 def register(app: typer.Typer) -> None:
