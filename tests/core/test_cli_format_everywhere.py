@@ -103,3 +103,48 @@ def test_verify_and_inject_print_their_document_in_each_format(capsys, tmp_path,
     else:
         assert captured.out.splitlines() == ["HEADLINE", "SUMMARY", f"{command}: {page}"]
     assert "'loss'" in captured.err and "'loss'" not in captured.out
+
+
+# --- diagnose --tokenizer ----------------------------------------------------------------------------------------
+
+
+def _run_with_saved_template(tmp_path: Path) -> Path:
+    from tests.support.tiny import LLAMA3_TEMPLATE
+
+    run = tmp_path / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 2, "log_history": [
+        {"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]}))
+    (run / "checkpoint-2" / "chat_template.jinja").write_text(LLAMA3_TEMPLATE, encoding="utf-8")
+    return run
+
+
+def test_diagnose_tokenizer_is_what_the_template_and_loss_checks_render_with(capsys, tmp_path, rows, tiny_base_dir):
+    import shutil
+
+    from tests.support.tiny import LLAMA3_TEMPLATE
+
+    run = _run_with_saved_template(tmp_path)
+    base_only = _json(capsys, ["diagnose", "--run", run, "--dataset", rows, "--base-model", tiny_base_dir,
+                               "--format", "json", "--fail-on", "never"])
+    assert "template_mismatch" in {f["id"] for f in base_only["findings"]}
+    # The run's own tokenizer, kept elsewhere: rendering with it is what the run did, so nothing differs.
+    runs_tokenizer = tmp_path / "runs-tokenizer"
+    runs_tokenizer.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_base_dir / name, runs_tokenizer / name)
+    (runs_tokenizer / "chat_template.jinja").write_text(LLAMA3_TEMPLATE, encoding="utf-8")
+    given = _json(capsys, ["diagnose", "--run", run, "--dataset", rows, "--base-model", tiny_base_dir,
+                           "--tokenizer", runs_tokenizer, "--format", "json", "--fail-on", "never"])
+    assert "template_mismatch" not in {f["id"] for f in given["findings"]}
+    assert given["inputs"]["tokenizer"] == str(runs_tokenizer)
+    # Without --base-model, --tokenizer alone lets the token checks run.
+    alone = _json(capsys, ["diagnose", "--dataset", rows, "--tokenizer", runs_tokenizer, "--format", "json",
+                           "--fail-on", "never"])
+    assert {"all_labels_masked", "truncated_answers", "eos_missing_from_loss"} <= set(alone["ran"])
+
+
+def test_diagnose_refuses_a_missing_tokenizer_dir_before_reading_anything(capsys, tmp_path, rows):
+    assert main(["diagnose", "--dataset", str(rows), "--tokenizer", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--tokenizer {tmp_path / 'nope'} does not exist" in err

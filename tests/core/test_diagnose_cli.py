@@ -52,14 +52,14 @@ def test_table_output_groups_by_severity_with_evidence_and_fix(real, capsys, mon
     assert out.index("Errors (") < out.index("Warnings (") < out.index("Info (")
     assert "lr_too_high_for_lora" in out and "training_args.bin" in out and "use 1e-4 to 2e-4 for LoRA" in out
     assert "faulty.jsonl:37" in out  # the broken row, file:line
-    assert "42 checks ran, 1 skipped" in out  # train_eval_overlap needs --eval-dataset
+    assert "43 checks ran, 1 skipped" in out  # train_eval_overlap needs --eval-dataset
 
 
 def test_json_output(real, capsys):
     assert main(faulty_args(real) + ["--format", "json", "--fail-on", "never"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["schema"] == "gradian.diagnose/1"
-    assert report["summary"]["checks_run"] == 42 and report["summary"]["error"] >= 5
+    assert report["summary"]["checks_run"] == 43 and report["summary"]["error"] >= 5
     finding = next(f for f in report["findings"] if f["id"] == "run_incomplete")
     assert finding["family"] == "dynamics" and finding["severity"] == "warning" and finding["fix"]
     evidence = finding["evidence"][0]
@@ -93,7 +93,7 @@ def test_without_run_the_output_lists_skipped_checks_and_their_needs(real, capsy
 def test_select_and_ignore_take_ids_and_families(real, capsys):
     main(faulty_args(real) + ["--select", "config", "--ignore", "lr_too_high_for_lora", "--format", "json"])
     report = json.loads(capsys.readouterr().out)
-    assert len(report["ran"]) == 15 and "lr_too_high_for_lora" not in report["ran"]
+    assert len(report["ran"]) == 16 and "lr_too_high_for_lora" not in report["ran"]
     assert {f["family"] for f in report["findings"]} == {"config"}
     assert main(faulty_args(real) + ["--select", "nan_or_inf,run_incomplete", "--format", "json"]) == 0
     assert {f["id"] for f in json.loads(capsys.readouterr().out)["findings"]} == {"run_incomplete"}
@@ -111,12 +111,12 @@ def test_list_shows_every_check_including_third_party(tmp_path, monkeypatch, cap
     assert main(["diagnose", "--list", "--format", "json"]) == 0
     listing = json.loads(capsys.readouterr().out)
     ids = {c["id"]: c for c in listing["checks"]}
-    assert len(ids) == 44 and ids["seed_is_zero"]["distribution"] == "gradian-checks-extra"
+    assert len(ids) == 45 and ids["seed_is_zero"]["distribution"] == "gradian-checks-extra"
     assert ids["near_duplicates"]["distribution"] == "gradian-checks"
     assert {r["name"] for r in listing["readers"]} == {"hf-trainer", "axolotl", "llamafactory", "plain"}
     assert main(["diagnose", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "seed_is_zero" in out and "44 audit checks" in out
+    assert "seed_is_zero" in out and "45 audit checks" in out
 
 
 def test_third_party_check_runs_next_to_the_builtins(real, tmp_path, monkeypatch, capsys):

@@ -213,6 +213,7 @@ def build_context(
     adapter: Path | None = None,
     base_model: str | None = None,
     tokenizer: Any = None,
+    tokenizer_dir: Path | None = None,
     trust_remote_code: bool = False,
     plugins: Any = None,
 ) -> tuple[AuditContext, dict[str, Any]]:
@@ -221,6 +222,11 @@ def build_context(
     from gradian.audit.runlog import read_run
 
     inputs: dict[str, Any] = {}
+    if tokenizer_dir is not None and tokenizer is None:  # --tokenizer: what the template and loss checks render with
+        from gradian.model.base import _load_tokenizer_from
+
+        tokenizer = _load_tokenizer_from(Path(tokenizer_dir).expanduser(), trust_remote_code=trust_remote_code)
+        inputs["tokenizer"] = str(tokenizer_dir)
     scan = eval_scan = artifact = adapter_info = None
     if dataset is not None:
         from gradian.data import scan_dataset
@@ -253,6 +259,10 @@ def build_context(
         inputs["base_model"] = str(base_model)
     ctx = AuditContext(config, dataset=scan, eval_dataset=eval_scan, run=artifact, adapter=adapter_info,
                        base_model=base_model, tokenizer=tokenizer, trust_remote_code=trust_remote_code)
+    if tokenizer_dir is not None:
+        from gradian.audit.training_format import TokenizerChoice
+
+        ctx.tokenizer_choice = TokenizerChoice(f"the tokenizer given ({tokenizer_dir})")
     return ctx, inputs
 
 
@@ -275,6 +285,7 @@ def diagnose(
     select: Sequence[str] = (),
     ignore: Sequence[str] = (),
     tokenizer: Any = None,
+    tokenizer_dir: Path | str | None = None,
     trust_remote_code: bool = False,
     plugins: Any = None,
 ) -> DiagnoseReport:
@@ -296,6 +307,7 @@ def diagnose(
         adapter=Path(adapter) if adapter is not None else None,
         base_model=base_model,
         tokenizer=tokenizer,
+        tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir is not None else None,
         trust_remote_code=trust_remote_code,
         plugins=plugins,
     )

@@ -15,7 +15,9 @@ from gradian.cli.options import (
     EvalDatasetOption,
     RunOption,
     SetOption,
+    TokenizerOption,
     TrustRemoteCodeFlag,
+    check_tokenizer_dir,
 )
 
 FORMATS = ("table", "json", "md")
@@ -41,6 +43,7 @@ def diagnose(
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Run only these check ids or families (repeatable, or comma-separated).")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these check ids or families (repeatable, or comma-separated).")] = None,
     plots: Annotated[Optional[Path], typer.Option("--plots", help="Write loss / grad-norm / learning-rate PNGs with flagged steps marked into this directory (needs matplotlib).")] = None,
+    tokenizer: TokenizerOption = None,
     trust_remote_code: TrustRemoteCodeFlag = False,
 ) -> int:
     """Audit the training data, the run's config and its training dynamics (the 44 checks of CHECKS.md)."""
@@ -65,6 +68,7 @@ def diagnose(
     if fail_on not in FAIL_ON:
         raise ConfigError(f"--fail-on {fail_on!r} is unknown", f"use one of: {', '.join(FAIL_ON)}")
     cfg = load_cli_config(config, set_)
+    check_tokenizer_dir(tokenizer)
     if plots is not None:  # before any check runs: a bad --plots must not come after the findings
         from gradian.output_location import check_output_dir
 
@@ -73,7 +77,7 @@ def diagnose(
         check_output_dir(plots, "--plots")
     report = run_diagnose(dataset=dataset, run=run, run_format=run_format, run_config=run_config, adapter=adapter,
                           base_model=base_model, eval_dataset=eval_dataset, config=cfg, select=tuple(select or ()), ignore=tuple(ignore or ()),
-                          trust_remote_code=trust_remote_code, plugins=plugins)
+                          tokenizer_dir=tokenizer, trust_remote_code=trust_remote_code, plugins=plugins)
     if output_format == "json":
         sys.stdout.write(json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n")
     elif output_format == "md":
