@@ -37,6 +37,30 @@ def test_all_five_distributions_are_loaded():
     assert {"hf", "trl", "unsloth"} <= set(plugins.trainers())
 
 
+def test_each_registration_hook_is_called_once_until_a_plugin_is_added():
+    from types import SimpleNamespace
+
+    import gradian
+    from gradian.records import TrainerSpec
+
+    calls = []
+
+    @gradian.hookimpl
+    def gradian_trainers():
+        calls.append(1)
+        yield TrainerSpec(name="counted", summary="test backend", load="json:loads")
+
+    plugins = load_plugins(autoload=False)
+    plugins.register(SimpleNamespace(gradian_trainers=gradian_trainers), "counted", "test-dist")
+    assert "counted" in plugins.trainers() and "counted" in plugins.trainers()
+    assert len(calls) == 1  # the hookspecs promise one call per plugin set, however often a getter is used
+    plugins.trainers().pop("counted")  # a caller changing its copy changes nothing for the next
+    assert "counted" in plugins.trainers()
+    plugins.register(SimpleNamespace(), "another", "test-dist")
+    plugins.trainers()
+    assert len(calls) == 2  # a new plugin may add records: collected again
+
+
 def test_builtins_load_when_autoload_is_disabled(monkeypatch):
     monkeypatch.setenv("GRADIAN_DISABLE_PLUGIN_AUTOLOAD", "1")
     plugins = load_plugins()

@@ -56,6 +56,8 @@ class PluginSet:
     origins: dict[str, _Origin] = field(default_factory=dict)
     failures: list[PluginInfo] = field(default_factory=list)
     record_origins: dict[tuple[str, str], str] = field(default_factory=dict)
+    # hook name -> its records: the hookspecs promise each registration hook is called once per plugin set
+    collected: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def register(self, plugin: ModuleType | object, name: str, distribution: str, version: str = "") -> None:
         """Register a plugin object (usually a module) under a name, remembering its distribution."""
@@ -67,6 +69,7 @@ class PluginSet:
             )
         module = getattr(plugin, "__name__", type(plugin).__name__)
         self.pm.register(plugin, name=name)
+        self.collected.clear()  # a new plugin may add records to any hook
         self.origins[name] = _Origin(name, distribution, version, module)
 
     def record_failure(self, name: str, distribution: str, version: str, module: str, error: BaseException) -> None:
@@ -103,7 +106,9 @@ class PluginSet:
             yield origin, records
 
     def collect(self, hook_name: str, record_type: type[R], key: str) -> dict[str, R]:
-        """Call one registration hook on every plugin and index the records by ``key``."""
+        """Call one registration hook on every plugin (once; later calls reuse it) and index the records by ``key``."""
+        if hook_name in self.collected:
+            return dict(self.collected[hook_name])
         found: dict[str, tuple[R, str]] = {}
         for origin, records in self._records_per_plugin(hook_name, record_type):
             for record in records:
@@ -117,7 +122,8 @@ class PluginSet:
                 found[record_name] = (record, origin.distribution)
         for name, (_, distribution) in found.items():
             self.record_origins[(hook_name, name)] = distribution
-        return {name: record for name, (record, _) in found.items()}
+        self.collected[hook_name] = {name: record for name, (record, _) in found.items()}
+        return dict(self.collected[hook_name])
 
     def records_by_plugin(self) -> dict[str, dict[str, list[str]]]:
         """For each plugin, the names of the records each of its hooks yields."""
