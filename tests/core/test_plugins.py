@@ -167,6 +167,27 @@ def test_every_hook_is_named_typed_documented_with_an_example():
         assert spec.__doc__ and "Example::" in spec.__doc__ and "@gradian.hookimpl" in spec.__doc__
 
 
+@pytest.mark.parametrize("hook_name", sorted(RECORD_HOOKS))
+def test_every_hookspec_example_registers_a_record_that_gradian_collects(hook_name):
+    import textwrap
+    from types import ModuleType
+
+    import gradian
+    doc = getattr(hookspecs, hook_name).__doc__
+    example = textwrap.dedent(doc.split("Example::", 1)[1])
+    module = ModuleType(f"example_{hook_name}")
+    # the example's own names for what a real plugin would define next to it
+    module.__dict__.update(gradian=gradian, **{cls.__name__: cls for cls, _ in RECORD_HOOKS.values()},
+                           read_my_loop=lambda path: None, check_lr=lambda ctx: (),
+                           write_npy=lambda path, array: None, open_npy_memmap=lambda path: None)
+    exec(compile(example, f"<{hook_name} example>", "exec"), module.__dict__)
+    plugins = load_plugins(autoload=False)
+    before = set(plugins.collect(hook_name, *RECORD_HOOKS[hook_name]))
+    plugins.register(module, "example", "example-dist")
+    collected = plugins.collect(hook_name, *RECORD_HOOKS[hook_name])
+    assert not plugins.failures and len(set(collected) - before) == 1
+
+
 def test_hooks_are_declared_only_in_hookspecs_and_called_only_in_plugins():
     src = ROOT / "gradian-core" / "src" / "gradian"
     for path in src.rglob("*.py"):

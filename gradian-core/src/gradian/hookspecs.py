@@ -31,9 +31,9 @@ def gradian_trainers() -> Iterable[TrainerSpec]:
         @gradian.hookimpl
         def gradian_trainers():
             yield TrainerSpec(
-                name="hf",
-                summary="transformers.Trainer on pre-encoded data",
-                load="gradian_trainer_hf.backend:HFTrainer",
+                name="my-trainer",
+                summary="my training loop on pre-encoded data",
+                load="my_plugin.backend:MyTrainer",
                 requires=("transformers",),
             )
     """
@@ -94,6 +94,6 @@ def gradian_storage_codecs() -> Iterable[CodecSpec]:
 
         @gradian.hookimpl
         def gradian_storage_codecs():
-            yield CodecSpec(name="npy", summary="memory-mapped .npy", suffix=".npy",
+            yield CodecSpec(name="my-npy", summary="memory-mapped .npy", suffix=".npy",
                             write=write_npy, read=open_npy_memmap)
     """
