@@ -1,1 +1,1 @@
-"""Gradian's built-in audit checks (CHECKS.md), registered through the gradian_audit_checks hook."""
+"""Gradian's built-in audit checks (docs/checks.md), registered through the gradian_audit_checks hook."""

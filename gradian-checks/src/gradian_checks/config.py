@@ -1,4 +1,4 @@
-"""Config checks: the run's hyperparameters against what works for LoRA (CHECKS.md, "Config")."""
+"""Config checks: the run's hyperparameters against what works for LoRA (docs/checks.md, "Config")."""
 
 from __future__ import annotations
 

@@ -120,7 +120,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DiagnoseConfig:
-    """Thresholds of the audit checks (see CHECKS.md)."""
+    """Thresholds of the audit checks (see docs/checks.md)."""
 
     near_duplicate_threshold: float = _opt(0.85, "MinHash Jaccard at which two examples are near-duplicates", min=0.0, max=1.0)
     lr_warn: float = _opt(5e-4, "LoRA learning rate that warns", min=0.0)
