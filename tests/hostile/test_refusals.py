@@ -220,6 +220,7 @@ def _unusable_adapter(kind: str, tiny_base_dir: Path, tiny_adapter_dir: Path, tm
 def test_an_adapter_index_refuses_is_an_error_finding_in_diagnose(capsys, tmp_path, tiny_base_dir, tiny_adapter_dir,
                                                                   rows, kind, expected):
     adapter = _unusable_adapter(kind, tiny_base_dir, tiny_adapter_dir, tmp_path)
+    capsys.readouterr()  # transformers' own loading bar while the test built the adapter
     refuse(capsys, ["index", "--base-model", tiny_base_dir, "--adapter", adapter, "--dataset", rows,
                     "--out", tmp_path / "out"], tmp_path / "out", 2)
     assert main(["diagnose", "--adapter", str(adapter), "--format", "json"]) == 1

@@ -78,7 +78,9 @@ def attribute(
         from gradian.audit.runlog import read_run
 
         read_run(Path(run))
-    with stage_bars() as bars:
+    from gradian.cli.output import libraries_quiet
+
+    with stage_bars() as bars, libraries_quiet():  # no transformers bars or warnings between ours and an error
         outcome = run_attribution(base_model=base_model, adapter=adapter, dataset=dataset, out=out,
                                   eval_dataset=eval_dataset, run=run, config=cfg, index_dir=index,
                                   allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, progress=bars,

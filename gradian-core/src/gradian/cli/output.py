@@ -84,12 +84,13 @@ def flat_items(data: Any, prefix: str = "") -> list[tuple[str, str]]:
 def libraries_quiet() -> Iterator[None]:
     """While a model loads and trains: transformers' loading bars and warnings off (back on with -v), and
     whatever a trainer prints on stdout (its log dicts) sent to stderr, so stdout holds only the result; with -q
-    the trainer's own progress bar goes too. Restored afterwards."""
+    the trainer's own progress bar goes too. transformers' verbosity is restored afterwards; its progress bars stay
+    off for the rest of the process (the CLI's bars are its own), as gradian index always left them."""
     import os
 
     from transformers.utils import logging as hf_logging
 
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
     if not is_verbose():
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
@@ -101,8 +102,6 @@ def libraries_quiet() -> Iterator[None]:
             yield
     finally:
         hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
