@@ -104,9 +104,10 @@ def write_index(path: Path, setup: Setup, shard_rows: int, seed: int) -> dict[st
     """Write the synthetic index as ``gradian index`` lays it out; returns timings and sizes."""
     import numpy as np
 
+    from gradian.atomic_files import sha256_file, write_with
     from gradian.index.codecs.npy import write_npy
     from gradian.index.dtypes import decode_rows, encode_rows
-    from gradian.index.manifest import EXAMPLES_NAME, MANIFEST_NAME, STATS_NAME, ShardInfo, sha256_file, write_atomic
+    from gradian.index.manifest import EXAMPLES_NAME, MANIFEST_NAME, STATS_NAME, ShardInfo
     from gradian.index.plan import ExampleMeta
     from gradian.index.stats import StatsAccumulator
     from gradian.index.store import get_codec
@@ -125,12 +126,12 @@ def write_index(path: Path, setup: Setup, shard_rows: int, seed: int) -> dict[st
         vector = stats.to_vector()
         total += vector
         name, stats_name = f"shard-{number:05d}{codec.suffix}", f"stats-{number:05d}.npy"
-        write_atomic(path / name, lambda temp, rows=stored: codec.write(temp, rows))
-        write_atomic(path / stats_name, lambda temp, v=vector: write_npy(temp, v))
+        write_with(path / name, lambda temp, rows=stored: codec.write(temp, rows))
+        write_with(path / stats_name, lambda temp, v=vector: write_npy(temp, v))
         shards.append(ShardInfo(number, name, start, count, (path / name).stat().st_size, sha256_file(path / name),
                                 stats_name, sha256_file(path / stats_name)))
     write_seconds = time.perf_counter() - started
-    write_atomic(path / STATS_NAME, lambda temp: write_npy(temp, total))
+    write_with(path / STATS_NAME, lambda temp: write_npy(temp, total))
     lines = "".join(ExampleMeta(f"ex-{i:07d}-synthetic", 256, 128, False).to_json() + "\n" for i in range(setup.rows))
     (path / EXAMPLES_NAME).write_text(lines, encoding="utf-8")
     manifest = _manifest(setup, shards, path, seed)
@@ -142,6 +143,7 @@ def write_index(path: Path, setup: Setup, shard_rows: int, seed: int) -> dict[st
 
 def _manifest(setup: Setup, shards: list[Any], path: Path, seed: int) -> Any:
     """A manifest for the synthetic rows (one block; no model, so the id hashes the synthetic spec)."""
+    from gradian.atomic_files import sha256_file
     from gradian.index.manifest import (
         EXAMPLES_NAME,
         STATS_NAME,
@@ -149,7 +151,6 @@ def _manifest(setup: Setup, shards: list[Any], path: Path, seed: int) -> Any:
         Manifest,
         compute_index_id,
         library_versions,
-        sha256_file,
     )
     from gradian.index.stats import plan_stat_blocks
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradian.atomic_files import atomic_path
 from gradian.audit.runner import DiagnoseReport
 from gradian.errors import GradianError
 from gradian.records import RunArtifact
@@ -58,13 +57,10 @@ def write_plots(report: DiagnoseReport, run: RunArtifact, out_dir: Path) -> list
         axes.legend(fontsize="small")
         figure.tight_layout()
         target = out_dir / f"{name}.png"
-        handle, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".png", dir=out_dir)
-        os.close(handle)
         try:
-            figure.savefig(temp, format="png")
-            os.replace(temp, target)
+            with atomic_path(target) as temp:
+                figure.savefig(temp, format="png")
         finally:
-            Path(temp).unlink(missing_ok=True)
             pyplot.close(figure)
         written.append(target)
     return written

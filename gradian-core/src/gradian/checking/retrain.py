@@ -58,8 +58,8 @@ def train_model(name: str, directory: Path, *, base_model: str, dataset: Path, d
                 drop_ids: Iterable[str] = (), backend: str = "hf", trust_remote_code: bool = False,
                 placement: Placement | None = None) -> TrainedModel:
     """Train ``dataset`` minus ``drop_ids`` into ``directory``, or reuse the model an identical earlier run left there."""
+    from gradian.atomic_files import write_atomic
     from gradian.model.placement import resolve_placement
-    from gradian.report.writer import write_atomic
     from gradian.train import make_job, run_training
 
     placement = placement or resolve_placement()

@@ -247,7 +247,7 @@ def write_inject(result: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
 
 
 def _write_pair(result: Mapping[str, Any], out: Path, json_name: str, md_name: str, render: Any) -> tuple[Path, Path]:
-    from gradian.report.writer import write_atomic
+    from gradian.atomic_files import write_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
+from gradian.atomic_files import atomic_file
 from gradian.data.examples import FORMATS, Example, Fields, content_sha256, example_id
 from gradian.data.formats import RowFormatError, parse_row
 from gradian.data.readers import SUPPORTED_HINT, read_source
@@ -186,13 +185,7 @@ def write_jsonl(examples: Iterable[Example], path: Path | str) -> Path:
     """Write examples as JSON Lines (messages / text format, fields kept), atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            for example in examples:
-                out.write(json.dumps(example_row(example), ensure_ascii=False) + "\n")
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "w", encoding="utf-8") as out:
+        for example in examples:
+            out.write(json.dumps(example_row(example), ensure_ascii=False) + "\n")
     return path

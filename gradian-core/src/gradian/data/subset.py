@@ -13,11 +13,11 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradian.atomic_files import atomic_path, write_atomic
 from gradian.data.readers import RawSource, read_source
 from gradian.errors import DatasetError
 
@@ -72,12 +72,12 @@ def _write_jsonl(source: RawSource, keep: list[int], out: Path) -> None:
     bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
     lines = data[len(bom):].split(b"\n")  # the reader's own split, so RawRow.line indexes it
     body = b"".join(lines[source.rows[position].line - 1] + b"\n" for position in keep)
-    _replace_file(out, bom + body)
+    write_atomic(out, bom + body)
 
 
 def _write_json(source: RawSource, keep: list[int], out: Path) -> None:
     rows = [source.rows[position].value for position in keep]
-    _replace_file(out, (json.dumps(rows, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
+    write_atomic(out, (json.dumps(rows, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
 
 
 def _write_parquet(source: RawSource, keep: list[int], out: Path) -> None:
@@ -85,9 +85,8 @@ def _write_parquet(source: RawSource, keep: list[int], out: Path) -> None:
     import pyarrow.parquet as parquet
 
     table = parquet.read_table(source.path).take(pa.array(keep, type=pa.int64()))  # RawRow.line is row + 1
-    with _temp_next_to(out) as temp:
+    with atomic_path(out) as temp:
         parquet.write_table(table, str(temp))
-        os.replace(temp, out)
 
 
 def _write_arrow(source: RawSource, keep: list[int], out: Path) -> None:
@@ -109,22 +108,3 @@ def _write_arrow(source: RawSource, keep: list[int], out: Path) -> None:
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
-
-
-def _replace_file(out: Path, data: bytes) -> None:
-    """Write ``data`` to ``out`` through a temp file and a rename: never half-written."""
-    with _temp_next_to(out) as temp:
-        temp.write_bytes(data)
-        os.replace(temp, out)
-
-
-@contextmanager
-def _temp_next_to(out: Path) -> Iterator[Path]:
-    """A temp file name in ``out``'s directory (made readable like any new file), removed unless renamed."""
-    handle, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(handle)
-    os.chmod(name, 0o644)  # mkstemp makes 0600; the exported dataset is an ordinary file
-    try:
-        yield Path(name)
-    finally:
-        Path(name).unlink(missing_ok=True)

@@ -12,7 +12,6 @@ index lives in the work dir and is reused by its own index id. ``fresh`` deletes
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradian.atomic_files import sha256_file
 from gradian.config import GradianConfig, build_config
 from gradian.demo.scenarios import Scenario, ScenarioFiles, make_scenario
 from gradian.errors import ConfigError
@@ -274,14 +274,6 @@ def _write_scenario(scenario: Scenario, directory: Path) -> ScenarioFiles:
     return scenario.write(directory)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _key_matches(path: Path, key: dict[str, Any]) -> bool:
     try:
         return json.loads(path.read_text(encoding="utf-8")) == key
@@ -298,7 +290,7 @@ def _write_key(path: Path, key: dict[str, Any]) -> None:
 def training_key(base_model: str, files: ScenarioFiles, config: GradianConfig,
                  placement: Placement | None = None) -> dict[str, Any]:
     """What decides the adapter: base model, backend, training data bytes, train config, device type and dtype."""
-    return {"base_model": base_model, "backend": BACKEND, "train_sha256": _sha256(files.train),
+    return {"base_model": base_model, "backend": BACKEND, "train_sha256": sha256_file(files.train),
             "train_config": config.section_hash("train"), "compute": (placement or resolve_placement()).to_dict()}
 
 
@@ -380,8 +372,8 @@ def _diagnose(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, bas
 def report_key(base_model: str, files: ScenarioFiles, adapter: Path, config: GradianConfig,
                placement: Placement | None = None) -> dict[str, Any]:
     """What decides the attribution report: base model, adapter weights, data, eval set, config, device and dtype."""
-    return {"base_model": base_model, "adapter_sha256": _sha256(adapter / "adapter_model.safetensors"),
-            "train_sha256": _sha256(files.train), "eval_sha256": _sha256(files.eval),
+    return {"base_model": base_model, "adapter_sha256": sha256_file(adapter / "adapter_model.safetensors"),
+            "train_sha256": sha256_file(files.train), "eval_sha256": sha256_file(files.eval),
             "config": config.section_hash("grads", "evaluation", "attribution"),
             "compute": (placement or resolve_placement()).to_dict()}
 
@@ -418,7 +410,7 @@ def write_config(config: GradianConfig, path: Path) -> None:
     """The config as the YAML file `--config` reads (atomically: a reader never sees half of it)."""
     import yaml
 
-    from gradian.report.writer import write_atomic
+    from gradian.atomic_files import write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False).encode("utf-8"))

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gradian.atomic_files import write_text_atomic
 from gradian.data import Example, Message, make_example, write_jsonl
 from gradian.demo import families as fam
 from gradian.demo import planted as pl
@@ -185,15 +184,7 @@ class Scenario:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> Path:
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, ensure_ascii=False)
-            out.write("\n")
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return path
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.atomic_files import write_with
 from gradian.errors import DatasetError, GradientIndexError
 from gradian.index.directory import (
     BUILD_STATE,
@@ -28,7 +29,6 @@ from gradian.index.directory import (
 )
 from gradian.index.distributed import RankContext, rank_context
 from gradian.index.dtypes import decode_rows, encode_rows, storage_numpy_dtype
-from gradian.index.manifest import write_atomic
 from gradian.index.mapped import release_pages
 from gradian.index.plan import BuildPlan, ExampleMeta, concrete_loss_mask, default_index_dir, encode_pass, make_plan
 from gradian.index.sizing import (
@@ -199,7 +199,7 @@ def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], token
     whitening = moments.whitening(damping=damping["damping"], damping_ratio=damping["damping_ratio"],
                                   scheme=plan.whitening["scheme"])
     try:
-        write_atomic(path, whitening.save)
+        write_with(path, whitening.save)
     except OSError as error:
         raise GradientIndexError(f"could not write {path}: {error.strerror or error}",
                                  f"free disk space or pass a writable --out (now {plan.out_dir})") from None

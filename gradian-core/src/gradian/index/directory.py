@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.atomic_files import sha256_file, write_text_atomic, write_with
 from gradian.errors import GradientIndexError
 from gradian.index.codecs.npy import write_npy
 from gradian.index.manifest import (
@@ -30,9 +31,6 @@ from gradian.index.manifest import (
     ShardInfo,
     library_versions,
     read_manifest,
-    sha256_file,
-    write_atomic,
-    write_text_atomic,
 )
 from gradian.index.plan import BuildPlan, ExampleMeta
 from gradian.index.stats import StatsAccumulator, sum_partials
@@ -163,8 +161,8 @@ def write_shard(plan: BuildPlan, number: int, stored: np.ndarray, stats: StatsAc
     partial = plan.partial_dir
     rows = plan.shard_rows(number)
     try:
-        write_atomic(partial / data_name, lambda temp: plan.codec.write(temp, stored))
-        write_atomic(partial / stats_name, lambda temp: write_npy(temp, stats.to_vector()))
+        write_with(partial / data_name, lambda temp: plan.codec.write(temp, stored))
+        write_with(partial / stats_name, lambda temp: write_npy(temp, stats.to_vector()))
         info = ShardInfo(number, data_name, rows.start, len(rows), (partial / data_name).stat().st_size,
                          sha256_file(partial / data_name), stats_name, sha256_file(partial / stats_name))
         write_text_atomic(partial / record_name, json.dumps(info.to_dict(), sort_keys=True))
@@ -192,7 +190,7 @@ def finalize(plan: BuildPlan, metas: Sequence[ExampleMeta], timing: dict[str, An
                                          "run the same gradian index command again to recompute it")
             shards.append(info)
         total = sum_partials([partial / s.stats_file for s in shards], lambda p: np.load(p, allow_pickle=False))
-        write_atomic(partial / STATS_NAME, lambda temp: write_npy(temp, total))
+        write_with(partial / STATS_NAME, lambda temp: write_npy(temp, total))
         write_text_atomic(partial / EXAMPLES_NAME, "".join(m.to_json() + "\n" for m in metas))
         manifest = _manifest(plan, shards, metas, timing)
         write_text_atomic(partial / MANIFEST_NAME, json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -1,4 +1,4 @@
-"""The index manifest (``manifest.json``), the index id, and atomic file writes.
+"""The index manifest (``manifest.json``) and the index id.
 
 The manifest is everything needed to read an index and to reproduce it: blocks and widths, storage
 dtype and codec, projection, seed, damping, loss reduction, the hashes of the inputs, library
@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,35 +199,3 @@ def library_versions() -> dict[str, str]:
     return found
 
 
-def sha256_file(path: Path, block: int = 1 << 23) -> str:
-    """Hex sha256 of a file, read in blocks so big shards never sit in memory whole."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(block):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def write_atomic(path: Path, write) -> None:
-    """Call ``write(temp_path)`` next to ``path`` and rename the result into place; no partial file survives."""
-    path = Path(path)
-    # A fresh name the writer creates itself, so the file gets the usual umask permissions.
-    temp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        write(temp)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file atomically (temp + fsync + rename)."""
-
-    def _write(temp: Path) -> None:
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    write_atomic(path, _write)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gradian.atomic_files import sha256_file, write_text_atomic, write_with
 from gradian.errors import GradientIndexError
 from gradian.index.dtypes import decode_rows_into, storage_numpy_dtype
 from gradian.index.manifest import (
@@ -25,9 +26,6 @@ from gradian.index.manifest import (
     Manifest,
     ShardInfo,
     read_manifest,
-    sha256_file,
-    write_atomic,
-    write_text_atomic,
 )
 from gradian.index.stats import BlockMomentAccumulator, PreconditionerStats, legacy_block_vector
 from gradian.records import CodecSpec
@@ -292,7 +290,7 @@ class Index:
         from gradian.index.codecs.npy import write_npy
 
         try:
-            write_atomic(self.path / BLOCK_STATS_NAME, lambda temp: write_npy(temp, vector))
+            write_with(self.path / BLOCK_STATS_NAME, lambda temp: write_npy(temp, vector))
             record = {"index_id": self.index_id, "sha256": sha256_file(self.path / BLOCK_STATS_NAME)}
             write_text_atomic(self.path / BLOCK_STATS_RECORD, json.dumps(record, sort_keys=True) + "\n")
         except OSError:

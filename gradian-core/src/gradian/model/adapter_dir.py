@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradian.atomic_files import update_with_file
 from gradian.errors import ModelError
 from gradian.user_files import load_json
 
@@ -143,9 +144,7 @@ def adapter_files_hash(files: AdapterFiles) -> str:
     """
     digest = hashlib.sha256()
     digest.update(f"weights:{files.weights.name}\n".encode())
-    with open(files.weights, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
+    update_with_file(digest, files.weights)
     digest.update(b"config:\n" + canonical_adapter_config(files.config).encode())
     return digest.hexdigest()
 

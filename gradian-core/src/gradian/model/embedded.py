@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.util
 import json
 import logging
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gradian.atomic_files import sha256_file
 from gradian.cache import cache_dir
 from gradian.errors import ModelError
 
@@ -87,11 +87,7 @@ def gguf_digest(path: Path) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _digest(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path)
 
 
 def cached_model_dir(gguf: Path | None = None) -> Path:

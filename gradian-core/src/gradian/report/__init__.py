@@ -25,7 +25,7 @@ from gradian.report.json_report import (
     render_json,
 )
 from gradian.report.markdown import render_markdown
-from gradian.report.writer import ReportFiles, write_atomic, write_report
+from gradian.report.writer import ReportFiles, write_report
 
 __all__ = [
     "NO_CAPABILITY_TARGET_CODE",
@@ -45,6 +45,5 @@ __all__ = [
     "render_html",
     "render_json",
     "render_markdown",
-    "write_atomic",
     "write_report",
 ]

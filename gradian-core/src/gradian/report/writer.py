@@ -7,16 +7,14 @@ half-written one.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
+from gradian.atomic_files import atomic_file, atomic_path, write_atomic
 from gradian.attribution.results import ClusterResult, ExampleScores
 from gradian.report import plots
 from gradian.report import scores as score_files
@@ -40,36 +38,6 @@ class ReportFiles:
     html: Path | None = None
     scores: tuple[Path, ...] = ()
     manifest: Path | None = None
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temp path next to ``path`` to write to, renamed onto ``path`` when the block ends without error."""
-    path = Path(path)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        yield Path(temp)
-        os.chmod(temp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
-@contextmanager
-def atomic_file(path: Path) -> Iterator[IO[bytes]]:
-    """A binary handle on a temp file next to ``path``, renamed onto it when the block ends without error."""
-    with atomic_path(path) as temp, temp.open("wb") as out:
-        yield out
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same directory and a rename: never half-written."""
-    with atomic_file(path) as out:
-        out.write(data)
 
 
 def write_report(report: Mapping[str, Any], out_dir: Path, *, scores: ExampleScores | None = None,
