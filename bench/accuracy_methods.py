@@ -99,7 +99,7 @@ def query(case: Case, signal: str, items: Sequence[Any] | None = None) -> np.nda
 def preconditioner(case: Case, kind: str) -> Any:
     """A fitted preconditioner of ``kind`` from the index statistics (adam from the run's optimizer state)."""
     from gradian.attribution.adam_state import adam_second_moment
-    from gradian.attribution.api import index_statistics
+    from gradian.attribution.index_statistics import index_statistics
     from gradian.attribution.preconditioners import from_config
 
     attribution = dataclasses.replace(case.config.attribution, preconditioner=kind)
@@ -251,20 +251,25 @@ def hidden_cosine_blame(case: Case) -> np.ndarray:
     return _zmean(queries @ train.T)
 
 
-def span_localization(case: Case, scenario: Any) -> dict[str, Any]:
+def span_localization(case: Case, scenario: Any, signal: str | None = None,
+                      preconditioner_kind: str | None = None) -> dict[str, Any]:
     """Span kind: for each planted row whose attacked item regressed, is its top sentence the planted one?
 
-    The query is the one item the row attacks (contrastive, diagonal), as the span drill-down prescribes.
+    The query is the one item the row attacks, as the span drill-down prescribes, with the case config's query
+    signal and preconditioner unless others are named.
     """
+    from gradian.evaluation.query_signal import validate_query_signal
     from gradian.query import span_blames
 
+    evaluation = case.config.evaluation
+    signal = signal or validate_query_signal(evaluation.metric, evaluation.query_signal).effective
     regressed = {item.id: item for item in case.items}
-    pre = preconditioner(case, "diagonal")
+    pre = preconditioner(case, preconditioner_kind or case.config.attribution.preconditioner)
     hits = checked = 0
     for span, target in zip(scenario.planted_spans, scenario.planted_targets, strict=True):
         if target not in regressed:
             continue
-        q = pre.apply(query(case, "contrastive", [regressed[target]]))[0]
+        q = pre.apply(query(case, signal, [regressed[target]]))[0]
         spans = span_blames(case.capture, case.loaded.tokenizer, case.examples[span.row], q,
                             max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size)
         best = max(spans, key=lambda s: s.blame)

@@ -40,7 +40,7 @@ def score_case(workdir: Path, base_model: str, signal: str, budget: int) -> dict
     from accuracy_methods import load_case, preconditioner, query
     from projection import exact_config, sketcher, spearman, variant_rows
 
-    from gradian.attribution.api import sample_moments
+    from gradian.attribution.index_statistics import sample_moments
     from gradian.attribution.scoring import ArraySource, score_examples
     from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario

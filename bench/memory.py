@@ -142,8 +142,8 @@ def score_child(index_dir: Path, chunk_mb: float | None, queries: int, seed: int
     """In a fresh process: statistics, diagonal preconditioner, scoring, clusters; peak RSS of each stage."""
     import numpy as np
 
-    from gradian.attribution.api import index_statistics
     from gradian.attribution.clusters import score_clusters
+    from gradian.attribution.index_statistics import index_statistics
     from gradian.attribution.preconditioners import from_config
     from gradian.attribution.scoring import score_with_config
     from gradian.config import AttributionConfig

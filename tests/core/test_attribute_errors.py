@@ -192,8 +192,8 @@ def test_the_python_api_rebuilds_an_index_of_other_inputs_unless_asked_to_refuse
                                                                                    tmp_path):
     """The documented counterpart: `gradian.attribute(index_dir=...)` rebuilds a stale index in place (what the demo
     relies on when its inputs change); `refuse_other_index=True`, which the CLI sets for --index, refuses it."""
-    from gradian.attribution.api import attribute
     from gradian.errors import GradientIndexError
+    from gradian.pipelines.attribute import attribute
 
     index_dir = tmp_path / "index"
     first = attribute(base_model=str(tiny_base_dir), adapter=tiny_adapter_dir, out=tmp_path / "one",

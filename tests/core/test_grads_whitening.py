@@ -196,7 +196,7 @@ def test_only_a_projected_index_scored_with_a_fitted_preconditioner_is_whitened(
 
 
 def test_a_projected_build_stores_its_scales_and_its_rows_are_whitened_sketches(tiny_model, tmp_path):
-    from gradian.attribution.api import index_statistics
+    from gradian.attribution.index_statistics import index_statistics
     from gradian.attribution.preconditioners import fit_preconditioner
     from gradian.data import encode
     from gradian.index.build import build_index
@@ -241,7 +241,7 @@ def index_config(*extra: str):
 
 
 def test_a_kronecker_projected_build_stores_rank_side_matrices_and_scores_with_them(tiny_model, tmp_path):
-    from gradian.attribution.api import index_statistics
+    from gradian.attribution.index_statistics import index_statistics
     from gradian.attribution.preconditioners import fit_preconditioner
     from gradian.data import encode
     from gradian.index.build import build_index
@@ -265,7 +265,7 @@ def test_a_kronecker_projected_build_stores_rank_side_matrices_and_scores_with_t
 
 def test_an_exact_index_scored_with_kronecker_ranks_as_whitened_rows_and_queries(tiny_model, tmp_path):
     """On an exact index P q . g equals (T q T) . (T g T) with T fitted from the sampled stored rows."""
-    from gradian.attribution.api import index_statistics
+    from gradian.attribution.index_statistics import index_statistics
     from gradian.attribution.preconditioners import fit_preconditioner
 
     index = build(tiny_model, tmp_path)

@@ -150,7 +150,7 @@ def test_projection_fixes_the_width_and_keeps_block_statistics(loaded, tmp_path)
 
 
 def test_the_build_keeps_no_block_matrices_and_diagonal_scoring_makes_none(loaded, tmp_path):
-    from gradian.attribution.api import index_statistics
+    from gradian.attribution.index_statistics import index_statistics
     from gradian.index.stats import moments_length
 
     index = build(loaded, tmp_path)
@@ -166,7 +166,7 @@ def test_the_build_keeps_no_block_matrices_and_diagonal_scoring_makes_none(loade
 
 
 def test_block_preconditioner_works_on_an_index_built_without_block_matrices(loaded, tmp_path):
-    from gradian.attribution.api import index_statistics
+    from gradian.attribution.index_statistics import index_statistics
     from gradian.attribution.preconditioners import fit_preconditioner
 
     index = build(loaded, tmp_path)

@@ -180,10 +180,10 @@ def test_a_bfloat16_index_has_its_own_id_and_records_the_dtype(loaded_pair, tmp_
 
 
 def test_an_index_of_another_dtype_is_refused_naming_the_dtype(loaded_pair, tmp_path):
-    from gradian.attribution.api import check_index_dir_matches
     from gradian.config import load_config
     from gradian.errors import GradientIndexError
     from gradian.index.build import build_index
+    from gradian.pipelines.attribute import check_index_dir_matches
 
     full, half = loaded_pair
     config = load_config(None, ["grads.shard_size=4", "grads.batch_size=3"])

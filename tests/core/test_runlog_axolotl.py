@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from gradian.audit.runlog import read_run
+from gradian.runs import read_run
 
 AXOLOTL_YAML = """base_model: HuggingFaceTB/SmolLM2-135M-Instruct
 datasets:
@@ -86,6 +86,6 @@ def test_yaml_recovered_from_the_model_card(real, tmp_path):
 
 def test_a_plain_yaml_is_not_taken_for_axolotl(tmp_path):
     (tmp_path / "notes.yaml").write_text("title: my notes\nitems: [1, 2]\n")
-    from gradian.audit.runlog import axolotl
+    from gradian.runs import axolotl
 
     assert axolotl.sniff(tmp_path) == 0.0

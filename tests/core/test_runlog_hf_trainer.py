@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gradian.audit.runlog import hf_trainer, read_run
 from gradian.errors import RunDirError
+from gradian.runs import hf_trainer, read_run
 
 README = """---
 library_name: peft
@@ -193,7 +193,7 @@ def test_a_pickle_that_is_not_training_arguments_is_an_error(tmp_path):
 
 
 def test_real_training_args_bin_is_torch_zip_and_reads_without_torch_load(real):
-    from gradian.audit.runlog.restricted_unpickler import load_restricted
+    from gradian.runs.restricted_unpickler import load_restricted
 
     path = real.healthy_run / "training_args.bin"
     assert zipfile.is_zipfile(path)

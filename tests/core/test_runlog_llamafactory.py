@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gradian.audit.runlog import read_run
+from gradian.runs import read_run
 
 CONFIG = """model_name_or_path: HuggingFaceTB/SmolLM2-135M-Instruct
 stage: sft

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gradian.audit.runlog import read_run
 from gradian.errors import RunDirError
+from gradian.runs import read_run
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "run-format.md"
 

@@ -8,11 +8,11 @@ import types
 import pytest
 
 import gradian
-from gradian.audit.runlog import read_run, select_reader
 from gradian.cli.app import main
 from gradian.errors import RunDirError
 from gradian.plugins import load_plugins
 from gradian.records import MetricPoint, RunArtifact, RunConfig, RunLogReaderSpec
+from gradian.runs import read_run, select_reader
 from tests.support.fake_dist import write_distribution
 
 THIRD_PARTY_READER = '''

@@ -9,9 +9,9 @@ import zipfile
 
 import pytest
 
-from gradian.audit.runlog import read_run
-from gradian.audit.runlog.restricted_unpickler import PickledObject, class_name, load_restricted, to_plain
 from gradian.errors import RunDirError
+from gradian.runs import read_run
+from gradian.runs.restricted_unpickler import PickledObject, class_name, load_restricted, to_plain
 
 
 class Payload:

@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from gradian.audit.runlog import read_run
 from gradian.audit.runner import diagnose
 from gradian.cli.app import main
 from gradian.errors import RunDirError
+from gradian.runs import read_run
 from tests.core.test_runlog_axolotl import AXOLOTL_YAML, check_config
 from tests.core.test_runlog_llamafactory import CONFIG as LLAMAFACTORY_YAML
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from gradian.audit.training_format import loss_mask_for, read_run_of_adapter
 from gradian.data import encode, load_dataset
+from gradian.runs.training_format import loss_mask_for, read_run_of_adapter
 from tests.support.tiny import tiny_tokenizer
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gradian.checking.drop_set import cluster_drop_set, command_flags, file_drop_set, read_report
 from gradian.checking.verify import FULL_FROM_ADAPTER, FULL_RETRAINED, plan_verify
 from gradian.cli.app import main
 from gradian.data import load_dataset
+from gradian.report.drop_set import cluster_drop_set, command_flags, file_drop_set, read_report
 from tests.core.checking_reports import N_CLEAN, N_PLANTED, write_dataset, write_eval, write_report_dir
 
 

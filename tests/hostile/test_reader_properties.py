@@ -9,10 +9,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradian.audit.runlog import read_run
 from gradian.data import load_dataset
 from gradian.data.loading import scan_dataset
 from gradian.errors import GradianError
+from gradian.runs import read_run
 
 # JSON values with the row formats' keys in them, lone surrogates and deep nesting among them.
 _KEYS = st.sampled_from(["messages", "conversations", "prompt", "completion", "instruction", "output", "text",

@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradian.attribution.api import AttributionOutcome, attribute, index_statistics
+from gradian.attribution.index_statistics import index_statistics
 from gradian.config import load_config
 from gradian.data import load_dataset
+from gradian.pipelines.attribute import AttributionOutcome, attribute
 from tests.support.scenario import PLANTED_SOURCE, Scenario, build_scenarios, single_thread
 
 pytestmark = pytest.mark.slow

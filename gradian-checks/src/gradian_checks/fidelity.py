@@ -38,7 +38,7 @@ def _first_difference(ours: str, theirs: str) -> str:
 
 def _saved_template_hit(ctx: Any) -> Hit | None:
     """The run saved a chat template other than the base model's: every other tool must be told to use it."""
-    from gradian.audit.training_format import find_saved_template
+    from gradian.runs.training_format import find_saved_template
 
     saved = find_saved_template(ctx.training_dirs())
     base = ctx.base_template()
@@ -102,8 +102,8 @@ def template_mismatch(ctx: Any) -> Iterator[Hit]:
 )
 def loss_mask_mismatch(ctx: Any) -> Iterator[Hit]:
     """The run's loss mask against grads.loss_mask and against the assistant-turn mask of gradian train / verify."""
-    from gradian.audit.training_format import run_formats
     from gradian.data.loss_mask import DEFAULT_LOSS_MASK, mask_of_run, resolve_loss_mask
+    from gradian.runs.training_format import run_formats
 
     formats = run_formats(ctx.examples)
     trained, why = mask_of_run(ctx.run.config, formats)

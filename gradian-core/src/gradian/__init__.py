@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "build_index": "gradian.index.build:build_index",
-    "attribute": "gradian.attribution.api:attribute",
+    "attribute": "gradian.pipelines.attribute:attribute",
     "LoadedModel": "gradian.model.loaded:LoadedModel",
     "GradianConfig": "gradian.config:GradianConfig",
     "load_config": "gradian.config:load_config",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -326,8 +327,6 @@ def build_config(data: dict[str, Any] | None) -> GradianConfig:
                 raise _unknown(dotted, known_keys())
             kwargs[key] = _coerce(dotted, value, fields[key], hints[key])
         if name == "grads" and kwargs.get("module_filter"):  # a broken regex: refused here, before any model loads
-            from gradian.model.lora_blocks import compile_module_filter
-
             compile_module_filter(kwargs["module_filter"])
         sections[name] = cls(**kwargs)
     return GradianConfig(**sections)
@@ -379,3 +378,16 @@ def _overridden(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) ->
         data[section] = dict(current) if isinstance(current, dict) else {}
         data[section][name] = value
     return build_config(data)
+
+
+def compile_module_filter(module_filter: str | None) -> re.Pattern[str] | None:
+    """The grads.module_filter regex, compiled; a broken regex is a ConfigError naming the key."""
+    if module_filter is None or module_filter == "":
+        return None
+    try:
+        return re.compile(module_filter)
+    except re.error as exc:
+        raise ConfigError(
+            f"grads.module_filter {module_filter!r} is not a valid regular expression: {exc}",
+            "use a Python regex searched in module names, e.g. 'down_proj' or 'layers\\.1[0-5]\\.'",
+        ) from exc

@@ -7,10 +7,10 @@ from gradian.hookspecs import hookimpl
 # Named as "module:attr" strings, imported only when a hook is called, so loading plugins stays light.
 BUILTIN_CODECS: tuple[str, ...] = ("gradian.index.codecs.npy:NPY_CODEC",)
 BUILTIN_READERS: tuple[str, ...] = (
-    "gradian.audit.runlog.hf_trainer:READER",
-    "gradian.audit.runlog.axolotl:READER",
-    "gradian.audit.runlog.llamafactory:READER",
-    "gradian.audit.runlog.plain:READER",
+    "gradian.runs.hf_trainer:READER",
+    "gradian.runs.axolotl:READER",
+    "gradian.runs.llamafactory:READER",
+    "gradian.runs.plain:READER",
 )
 
 

@@ -20,7 +20,7 @@ def latest_optimizer_file(run: str | Path | None) -> Path | None:
     """``optimizer.pt`` of the highest checkpoint-N of a run dir (or the run dir itself), if any."""
     if run is None:
         return None
-    from gradian.audit.runlog.hf_trainer import checkpoints
+    from gradian.runs.hf_trainer import checkpoints
 
     run = Path(run)
     for folder in [*reversed(checkpoints(run)), run]:

@@ -54,9 +54,9 @@ def plan_ensemble(count: int, run_dir: Path | None, adapter_dir: Path | None, ad
     if run_dir is None or adapter_dir is None:
         return EnsemblePlan(note=f"attribution.checkpoints is {count}, but no training run was found next to the "
                                  "adapter, so it was scored alone; pass --run with the run's output dir")
-    from gradian.audit.runlog import read_run
-    from gradian.audit.runlog.hf_trainer import checkpoints
     from gradian.model.adapter_swap import checkpoint_hash
+    from gradian.runs import read_run
+    from gradian.runs.hf_trainer import checkpoints
 
     try:
         artifact = read_run(run_dir)

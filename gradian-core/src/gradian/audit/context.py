@@ -63,7 +63,7 @@ class AuditContext:
         self.trust_remote_code = trust_remote_code
         self._tokenizer = tokenizer
         self._base_template: str | None = getattr(tokenizer, "chat_template", None)
-        self.tokenizer_choice: Any = None  # gradian.audit.training_format.TokenizerChoice once the tokenizer loads
+        self.tokenizer_choice: Any = None  # gradian.runs.training_format.TokenizerChoice once the tokenizer loads
         self._memo: dict[str, Any] = {}
 
     # --- what is available ----------------------------------------------------------------------
@@ -103,8 +103,8 @@ class AuditContext:
             if self.base_model is None:
                 raise RuntimeError("a check used the tokenizer without declaring the 'tokenizer' need")
             from gradian.audit.tokenizer import load_audit_tokenizer
-            from gradian.audit.training_format import apply_saved_files
             from gradian.model.base import _load_tokenizer_from
+            from gradian.runs.training_format import apply_saved_files
 
             base = load_audit_tokenizer(self.base_model, trust_remote_code=self.trust_remote_code)
             self._base_template = getattr(base, "chat_template", None)
@@ -120,7 +120,7 @@ class AuditContext:
 
     def training_dirs(self) -> list[Path]:
         """Where the run saved tokenizer files: the adapter dir, the run dir, its checkpoints (newest first)."""
-        from gradian.audit.training_format import tokenizer_dirs
+        from gradian.runs.training_format import tokenizer_dirs
 
         adapter = self.adapter.path if self.adapter is not None else (self.run.adapter_dir if self.run else None)
         return tokenizer_dirs(adapter, self.run.path if self.run is not None else None)

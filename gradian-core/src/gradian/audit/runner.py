@@ -219,7 +219,7 @@ def build_context(
 ) -> tuple[AuditContext, dict[str, Any]]:
     """Load every input that was given into an AuditContext, and describe the inputs for the report."""
     from gradian.audit.adapter import read_adapter
-    from gradian.audit.runlog import read_run
+    from gradian.runs import read_run
 
     inputs: dict[str, Any] = {}
     if tokenizer_dir is not None and tokenizer is None:  # --tokenizer: what the template and loss checks render with
@@ -260,7 +260,7 @@ def build_context(
     ctx = AuditContext(config, dataset=scan, eval_dataset=eval_scan, run=artifact, adapter=adapter_info,
                        base_model=base_model, tokenizer=tokenizer, trust_remote_code=trust_remote_code)
     if tokenizer_dir is not None:
-        from gradian.audit.training_format import TokenizerChoice
+        from gradian.runs.training_format import TokenizerChoice
 
         ctx.tokenizer_choice = TokenizerChoice(f"the tokenizer given ({tokenizer_dir})")
     return ctx, inputs

@@ -141,10 +141,10 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None
     import yaml
 
     from gradian.atomic_files import write_atomic
-    from gradian.attribution.api import attribute
     from gradian.checking.retrain import train_model
     from gradian.checking.summary import write_inject
     from gradian.data import load_dataset, write_jsonl
+    from gradian.pipelines.attribute import attribute
 
     say = say or (lambda text: None)
     plan.out.mkdir(parents=True, exist_ok=True)

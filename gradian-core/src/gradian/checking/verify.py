@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradian.checking.drop_set import DropSet, ReportInputs, VerifyInputError
 from gradian.config import GradianConfig
 from gradian.errors import ConfigError, DatasetError
 from gradian.model.placement import Placement
+from gradian.report.drop_set import DropSet, ReportInputs, VerifyInputError
 
 VERIFY_SCHEMA = "gradian.verify/1"
 MODELS_DIR = "models"
@@ -76,9 +76,9 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
                 trust_remote_code: bool = False, device: str = "auto", dtype: str = "auto") -> VerifyPlan:
     """Resolve the inputs (flags first, then what the report names), the config and the drop sets; train nothing."""
     from gradian.checking.controls import control_sets
-    from gradian.checking.drop_set import cluster_drop_set, file_drop_set, read_report
     from gradian.data import load_dataset, load_eval_dataset
     from gradian.model.placement import resolve_placement
+    from gradian.report.drop_set import cluster_drop_set, file_drop_set, read_report
 
     placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
 

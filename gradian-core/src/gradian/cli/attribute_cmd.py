@@ -50,7 +50,6 @@ def attribute(
     output_format: FormatOption = "table",
 ) -> None:
     """Measure the regression, then rank the examples, clusters and sentences that pushed the model toward it."""
-    from gradian.attribution.api import attribute as run_attribution
     from gradian.cli.app import invoked_command
     from gradian.cli.options import load_cli_config
     from gradian.cli.output import note
@@ -60,6 +59,7 @@ def attribute(
     from gradian.model.base import base_model_for
     from gradian.model.loaded import require_adapter
     from gradian.model.placement import resolve_placement
+    from gradian.pipelines.attribute import attribute as run_attribution
 
     fmt = check_format(output_format)
     placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing
@@ -75,7 +75,7 @@ def attribute(
     base_model = base_model_for(base_model, adapter, "attribute")  # default: the base the adapter names
     cfg = load_cli_config(config, set_)
     if run is not None:  # a run dir that cannot be read is refused now, not after the model and the index
-        from gradian.audit.runlog import read_run
+        from gradian.runs import read_run
 
         read_run(Path(run))
     from gradian.cli.output import libraries_quiet

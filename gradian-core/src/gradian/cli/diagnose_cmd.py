@@ -46,7 +46,7 @@ def diagnose(
     tokenizer: TokenizerOption = None,
     trust_remote_code: TrustRemoteCodeFlag = False,
 ) -> int:
-    """Audit the training data, the run's config and its training dynamics (the 44 checks of CHECKS.md)."""
+    """Audit the training data, the run's config and its training dynamics (every registered check; docs/checks.md lists them)."""
     import json
     import sys
 

@@ -388,7 +388,7 @@ def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, ba
     report_json = paths.report / "report.json"
     if _key_matches(key_path, key) and report_json.is_file():
         return json.loads(report_json.read_text(encoding="utf-8")), {}, True
-    from gradian.attribution.api import attribute
+    from gradian.pipelines.attribute import attribute
 
     key_path.unlink(missing_ok=True)
     # The report records the `gradian attribute` command that reproduces it, so `gradian verify --report` and a

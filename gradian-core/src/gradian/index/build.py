@@ -100,7 +100,7 @@ def follow_training_run(config: Any, loaded_model: Any, examples: Sequence[Any],
     """``config`` with grads.loss_mask ``auto`` made concrete from ``run`` or the run the adapter sits in."""
     if config.grads.loss_mask != "auto":
         return config
-    from gradian.audit.training_format import read_run_of_adapter, with_loss_mask
+    from gradian.runs.training_format import read_run_of_adapter, with_loss_mask
 
     run = run if run is not None else read_run_of_adapter(getattr(loaded_model, "adapter_dir", None))
     return with_loss_mask(config, run, examples)[0]

@@ -72,7 +72,7 @@ class LoadedModel:
     # The quantized checkpoint (QLoRA, unsloth -bnb-4bit) adapter_config.json says the adapter was trained on, when
     # the base loaded here is another, unquantized one; the report says so.
     quantized_training_base: str | None = None
-    # Where the tokenizer and chat template came from (gradian.audit.training_format.TokenizerChoice), when loaded.
+    # Where the tokenizer and chat template came from (gradian.runs.training_format.TokenizerChoice), when loaded.
     tokenizer_choice: Any = None
 
     def __post_init__(self) -> None:
@@ -111,7 +111,7 @@ class LoadedModel:
 
         The adapter is safetensors (a pickle only with allow_pickle); its LoRA weights are float32 whatever the
         base dtype, so the captured gradients are too. The tokenizer is ``tokenizer`` when given, else the one the
-        run saved (adapter dir, then its checkpoints), else the base's (gradian.audit.training_format).
+        run saved (adapter dir, then its checkpoints), else the base's (gradian.runs.training_format).
         """
         from gradian.model.adapter_dir import (
             adapter_files_hash,
@@ -175,8 +175,8 @@ class LoadedModel:
 def training_tokenizer(base_tokenizer: Any, base_source: str, adapter_dir: Path | None,
                        override: str | Path | None = None, *, trust_remote_code: bool = False) -> tuple[Any, Any]:
     """The tokenizer the adapter was trained with (``override``, else saved by the run, else the base's) and its source."""
-    from gradian.audit.training_format import TokenizerChoice, apply_saved_files, tokenizer_dirs
     from gradian.model.base import _load_tokenizer_from, load_tokenizer
+    from gradian.runs.training_format import TokenizerChoice, apply_saved_files, tokenizer_dirs
 
     def load(path: Path | str) -> Any:
         # A checkpoint or adapter dir holds a tokenizer without a model config.json, which load_tokenizer wants.

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gradian.errors import ConfigError, ModelError
+from gradian.config import compile_module_filter
+from gradian.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -102,19 +102,6 @@ def _skip_reason(module: Any, adapter: str) -> str | None:
     if not (isinstance(lora_a, nn.Linear) and isinstance(lora_b, nn.Linear)):
         return f"lora_A/lora_B of {kind} are {type(lora_a).__name__}/{type(lora_b).__name__}, not Linear"
     return None
-
-
-def compile_module_filter(module_filter: str | None) -> re.Pattern[str] | None:
-    """The grads.module_filter regex, compiled; a broken regex is a ConfigError naming the key."""
-    if module_filter is None or module_filter == "":
-        return None
-    try:
-        return re.compile(module_filter)
-    except re.error as exc:
-        raise ConfigError(
-            f"grads.module_filter {module_filter!r} is not a valid regular expression: {exc}",
-            "use a Python regex searched in module names, e.g. 'down_proj' or 'layers\\.1[0-5]\\.'",
-        ) from exc
 
 
 def discover_lora_blocks(model: Any, module_filter: str | None = None, adapter_name: str | None = None) -> list[LoraBlock]:

@@ -71,9 +71,9 @@ def parse_drop(spec: str) -> DropChoice:
 def export_without(report_dir: Path | str, drop: str, out: Path | str, *, dataset: Path | str | None = None,
                    overwrite: bool = False) -> ExportResult:
     """Write the report's dataset minus the ``drop`` rows to ``out``; every check runs before anything is written."""
-    from gradian.checking.drop_set import read_report
     from gradian.data import load_dataset
     from gradian.data.subset import write_subset
+    from gradian.report.drop_set import read_report
 
     report = read_report(report_dir)
     _check_schema(report)
@@ -123,7 +123,7 @@ def _check_same_dataset(report: Any, examples: Any) -> None:
 def _drop_ids(report: Any, choice: DropChoice, examples: Any) -> tuple[tuple[str, ...], str]:
     """The ids to drop and where they came from."""
     if choice.kind == "file":
-        from gradian.checking.drop_set import file_drop_set
+        from gradian.report.drop_set import file_drop_set
 
         drop = file_drop_set(choice.path, examples, dataset_label=str(examples.path))
         return drop.ids, drop.origin
@@ -173,7 +173,7 @@ def _accused_ids(report: Any, recorded: Any, examples: Any) -> tuple[tuple[str, 
                           "pass --drop top:K for the K most blamed examples, or --drop ids.txt")
     listed = ", ".join(f"`{name}`" for name in names)
     if recorded is None:  # an older report: recompute membership the way verify does
-        from gradian.checking.drop_set import cluster_drop_set
+        from gradian.report.drop_set import cluster_drop_set
 
         drop = cluster_drop_set(report, examples)
         return drop.ids, drop.origin

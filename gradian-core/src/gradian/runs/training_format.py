@@ -51,7 +51,7 @@ def run_dir_of_adapter(adapter_dir: Path | str | None) -> Path | None:
     if _CHECKPOINT.match(adapter_dir.name):
         candidates.append(adapter_dir.parent)
     candidates.append(adapter_dir.parent / "run")  # gradian train: out/adapter beside out/run
-    from gradian.audit.runlog.hf_trainer import TRAINER_STATE, TRAINING_ARGS
+    from gradian.runs.hf_trainer import TRAINER_STATE, TRAINING_ARGS
 
     markers = (TRAINER_STATE, TRAINING_ARGS, "training_args.yaml", "trainer_log.jsonl", "run.json")
     for candidate in candidates:
@@ -65,7 +65,7 @@ def read_run_of_adapter(adapter_dir: Path | str | None) -> Any:
     run_dir = run_dir_of_adapter(adapter_dir)
     if run_dir is None:
         return None
-    from gradian.audit.runlog import read_run
+    from gradian.runs import read_run
 
     try:
         return read_run(run_dir)
@@ -99,7 +99,7 @@ def checkpoint_dirs(run_dir: Path | None) -> list[Path]:
     """A run's checkpoint-N dirs, newest first."""
     if run_dir is None or not run_dir.is_dir():
         return []
-    from gradian.audit.runlog.hf_trainer import checkpoints
+    from gradian.runs.hf_trainer import checkpoints
 
     return list(reversed(checkpoints(run_dir)))
 

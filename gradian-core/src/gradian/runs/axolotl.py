@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gradian.audit.runlog.artifact_builder import ArtifactBuilder, as_bool, as_float
-from gradian.audit.runlog.hf_trainer import README, fill_from_hf_files
 from gradian.errors import RunDirError
 from gradian.records import RunArtifact, RunLogReaderSpec
+from gradian.runs.artifact_builder import ArtifactBuilder, as_bool, as_float
+from gradian.runs.hf_trainer import README, fill_from_hf_files
 from gradian.user_files import parse_yaml, read_bytes
 
 # Keys only an axolotl config has; two of them (with base_model) make a YAML an axolotl config.

@@ -43,8 +43,8 @@ def _parse(path: Path, text: str) -> Any:
 
 def _reader_of(data: Any) -> str | None:
     """Which trainer wrote this config, by the keys only that trainer's configs have."""
-    from gradian.audit.runlog.axolotl import looks_like_axolotl
-    from gradian.audit.runlog.llamafactory import looks_like_llamafactory
+    from gradian.runs.axolotl import looks_like_axolotl
+    from gradian.runs.llamafactory import looks_like_llamafactory
 
     if looks_like_axolotl(data):
         return "axolotl"
@@ -72,9 +72,9 @@ def read_run_with_config(run_dir: Path, config: RunConfigFile, run_format: str |
         raise RunDirError(f"--run-config {config.path} is {_NAMED[config.reader]} config, but --run-format is {run_format}",
                           f"drop --run-format, or pass --run-format {config.reader}")
     if config.reader == "axolotl":
-        from gradian.audit.runlog import axolotl
+        from gradian.runs import axolotl
 
         return axolotl.read_with_config(run_dir, config.data, config.path, 1)
-    from gradian.audit.runlog import llamafactory
+    from gradian.runs import llamafactory
 
     return llamafactory.read_with_config(run_dir, (config.data, config.path))

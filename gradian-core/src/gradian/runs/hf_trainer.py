@@ -12,15 +12,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gradian.audit.runlog.artifact_builder import (
+from gradian.errors import RunDirError
+from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
+from gradian.runs.artifact_builder import (
     ArtifactBuilder,
     as_float,
     as_int,
     metric_point,
     read_json_file,
 )
-from gradian.errors import RunDirError
-from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
 from gradian.user_files import load_yaml
 
 TRAINER_STATE = "trainer_state.json"
@@ -177,7 +177,7 @@ def read_training_args(path: Path) -> tuple[dict[str, Any], str]:
     """The fields of a pickled TrainingArguments (and its class name), read without executing anything."""
     import pickle
 
-    from gradian.audit.runlog.restricted_unpickler import PickledObject, class_name, load_restricted, to_plain
+    from gradian.runs.restricted_unpickler import PickledObject, class_name, load_restricted, to_plain
 
     try:
         obj = load_restricted(path)

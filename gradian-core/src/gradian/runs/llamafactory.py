@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gradian.audit.runlog.artifact_builder import (
+from gradian.errors import RunDirError
+from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
+from gradian.runs.artifact_builder import (
     ArtifactBuilder,
     as_bool,
     as_int,
@@ -16,9 +18,7 @@ from gradian.audit.runlog.artifact_builder import (
     merge_series,
     metric_point,
 )
-from gradian.audit.runlog.hf_trainer import config_from_hf_args, fill_from_hf_files
-from gradian.errors import RunDirError
-from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
+from gradian.runs.hf_trainer import config_from_hf_args, fill_from_hf_files
 from gradian.user_files import parse_json, parse_yaml, read_bytes
 
 TRAINER_LOG = "trainer_log.jsonl"

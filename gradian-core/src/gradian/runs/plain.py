@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from gradian.audit.runlog.artifact_builder import ArtifactBuilder, as_int, jsonl_lines, metric_point, read_json_file
-from gradian.audit.runlog.hf_trainer import apply_adapter_config, config_from_hf_args
 from gradian.errors import RunDirError
 from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
+from gradian.runs.artifact_builder import ArtifactBuilder, as_int, jsonl_lines, metric_point, read_json_file
+from gradian.runs.hf_trainer import apply_adapter_config, config_from_hf_args
 
 RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"

@@ -1,4 +1,5 @@
-"""Run-log readers: pick the reader for a run directory (by sniff confidence or --run-format) and read it."""
+"""Training run directories as trainers leave them: the run-log readers (picked by sniff confidence or --run-format),
+their checkpoints, and the chat template and loss mask the run trained with (training_format)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def read_run(path: Path, run_format: str | None = None, readers: Mapping[str, Ru
              run_config: Path | None = None) -> RunArtifact:
     """Read a run directory into a RunArtifact with the selected reader, or the one of ``run_config``'s trainer."""
     if run_config is not None:
-        from gradian.audit.runlog.run_config import load_run_config, read_run_with_config
+        from gradian.runs.run_config import load_run_config, read_run_with_config
 
         config = load_run_config(run_config)
         check_run_dir(Path(path))

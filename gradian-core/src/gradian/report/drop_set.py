@@ -1,4 +1,4 @@
-"""What `gradian verify` drops: the accused (or a named) cluster of an attribution report, or ids from a file.
+"""What `gradian verify` and `gradian export` drop: the accused (or a named) cluster of an attribution report, or ids from a file.
 
 The report's provenance also names the inputs it was made from (base model, adapter, dataset, eval set, run
 dir, index), which become verify's defaults. Cluster membership is recomputed the way the report decided it:

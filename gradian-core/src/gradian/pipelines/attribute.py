@@ -1,4 +1,5 @@
-"""`gradian.attribute(...)`: evaluate, gate on significance, index, query, score, cluster, drill into spans, report.
+"""`gradian.attribute(...)`, the attribution pipeline: evaluate, gate on significance, index, query, score,
+cluster, drill into spans, report.
 
 Every stage's wall time is recorded in the report's provenance; nothing is written until the report is
 complete (the index has its own atomic, resumable writes).
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribution.index_statistics import index_statistics
 from gradian.config import GradianConfig
 from gradian.errors import ConfigError, GradientIndexError
 from gradian.memory import release_freed_memory
@@ -173,7 +175,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
 
 def _run_dir(run: str | Path | None, loaded: Any) -> Path | None:
     """--run, else the run the adapter sits in (gradian train's out/run beside out/adapter, a checkpoint's parent)."""
-    from gradian.audit.training_format import run_dir_of_adapter
+    from gradian.runs.training_format import run_dir_of_adapter
 
     return Path(run) if run is not None else run_dir_of_adapter(loaded.adapter_dir)
 
@@ -203,47 +205,6 @@ def _member_blame(view: Any, examples: Sequence[Any], config: GradianConfig, cap
     score_with_config(index, preconditioner.apply(queries), config.attribution, item_ids=item_ids,
                       item_sink=collector)
     return collector.matrix(), index.index_id
-
-
-def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_bytes: int | None = None) -> Any:
-    """The index's statistics in the form the preconditioners take; block matrices only for ``block``.
-
-    Block matrices are width^2 floats per block and only the block preconditioner reads them, so they are
-    computed (one streamed pass of ``chunk_bytes`` chunks, then cached with the index) only when it is asked for;
-    the kronecker preconditioner's sample of exact rows is read only when that preconditioner is fitted.
-    """
-    from gradian.attribution.preconditioners import BlockMoment, IndexStatistics
-    from gradian.index.store import DEFAULT_CHUNK_BYTES
-
-    stats = index.stats()
-    if preconditioner == "block" and stats.has_block_matrices():
-        stats = index.block_stats(chunk_bytes or DEFAULT_CHUNK_BYTES)
-    blocks = tuple(BlockMoment(b.name, b.offset, b.width,
-                               stats.block_second_moment(b.name) if b.name in stats.matrices else None)
-                   for b in stats.blocks)
-    whitening = index.whitening()
-    exact = whitening is None and index.manifest.projection is None
-    return IndexStatistics(dim=index.dim, second_moment=stats.second_moment(), blocks=blocks,
-                           projected=index.manifest.projection is not None,
-                           whitening=None if whitening is None else whitening.info,
-                           # read only if the kronecker preconditioner is fitted: 64 exact rows are megabytes each
-                           sample_moments=(lambda: sample_moments(index, chunk_bytes or DEFAULT_CHUNK_BYTES))
-                           if exact else None,
-                           matrices=tuple((b.offset, tuple(b.stored_shape)) for b in index.blocks))
-
-
-def sample_moments(index: Any, chunk_bytes: int) -> Any:
-    """Second moments of the seeded sample of an exact index's rows that a projected build would measure."""
-    from gradian.grads.whitening import moments_of_rows, sample_positions
-    from gradian.index.store import rows_per_chunk
-
-    positions = sample_positions(index.num_examples, int(index.manifest.spec["seed"]))
-    shapes = [tuple(block.stored_shape) for block in index.blocks]
-    step = rows_per_chunk(chunk_bytes, index.dim)
-    moments = None
-    for start in range(0, len(positions), step):  # a sampled exact row of a real model is megabytes
-        moments = moments_of_rows(index.rows(positions[start:start + step]), shapes, moments)
-    return moments
 
 
 # What each section of the index id covers, for the error that names why an index does not fit.
@@ -301,7 +262,7 @@ def _follow_run(config: GradianConfig, loaded: Any, examples: Sequence[Any], run
 
     artifact = None
     if run is not None and config.grads.loss_mask == "auto":
-        from gradian.audit.runlog import read_run
+        from gradian.runs import read_run
 
         artifact = read_run(Path(run))
     return follow_training_run(config, loaded, examples, artifact)

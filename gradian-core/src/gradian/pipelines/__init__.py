@@ -1,0 +1,1 @@
+"""The pipelines a command runs end to end, over the engine (attribution, index, evaluation, query, report)."""
