@@ -131,7 +131,7 @@ def test_each_missing_flag_is_named(files, tmp_path, capsys, flag):
 
 @pytest.mark.parametrize("extra, expected", [
     (["--k", "0"], "--k is 0"),
-    (["--backend", "axolotl"], "unknown training backend 'axolotl'"),
+    (["--backend", "axolotl"], "training backend 'axolotl' is not installed"),
     (["--set", "attribution.permutations=1"], "config key attribution.permutations has the value 1"),
     (["--label", "arithmetic"], "a clean row already has source='arithmetic'"),
 ])

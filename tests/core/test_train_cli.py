@@ -56,14 +56,14 @@ def test_checkpoints_are_evenly_spaced_and_all_kept(tmp_path, steps, checkpoints
 
 def test_unknown_backend_lists_the_installed_ones(args, capsys):
     err = _one_line_error(capsys, [*args, "--backend", "axolotl"])
-    assert "unknown training backend 'axolotl'; installed backends: hf, trl, unsloth" in err
+    assert "training backend 'axolotl' is not installed (installed backends: hf, trl, unsloth)" in err
 
 
 @pytest.mark.parametrize("backend, distribution", [("trl", "gradian-trainer-trl"), ("hf", "gradian-trainer-hf")])
 def test_a_backend_whose_distribution_is_missing_names_it(args, capsys, monkeypatch, backend, distribution):
     monkeypatch.setenv("GRADIAN_DISABLE_PLUGIN_AUTOLOAD", "1")  # as if no trainer distribution were installed
     err = _one_line_error(capsys, [*args, "--backend", backend])
-    assert f"the {backend} training backend is not installed" in err and f"pip install {distribution}" in err
+    assert f"training backend {backend!r} is not installed" in err and f"pip install {distribution}" in err
 
 
 @pytest.mark.parametrize("override, key", [

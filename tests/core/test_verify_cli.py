@@ -115,7 +115,7 @@ def test_drop_ids_not_in_the_dataset_name_the_first_unknown_one(files, tmp_path,
     (["--report", "{report}", "--cluster", "greetings", "--drop", "{ids}"], "either --drop or --cluster"),
     (["--report", "{tmp}"], "is not an attribution report (no report.json)"),
     (["--report", "{report}", "--controls", "-1"], "--controls is -1"),
-    (["--report", "{report}", "--backend", "axolotl"], "unknown training backend 'axolotl'"),
+    (["--report", "{report}", "--backend", "axolotl"], "training backend 'axolotl' is not installed"),
     (["--report", "{report}", "--set", "train.lora_r=0"], "config key train.lora_r has the value 0"),
 ])
 def test_missing_and_wrong_flags_are_one_line_errors(report_dir, files, tmp_path, capsys, argv, expected):

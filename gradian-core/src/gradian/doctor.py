@@ -19,9 +19,6 @@ PACKAGES = (
     "torch", "transformers", "peft", "trl", "pluggy", "typer", "numpy", "gguf",
     "datasets", "datasketch", "matplotlib", "bm25s", "unsloth", "accelerate",
 )
-GRADIAN_DISTRIBUTIONS = (
-    "gradian-core", "gradian-checks", "gradian-trainer-hf", "gradian-trainer-trl", "gradian-trainer-unsloth",
-)
 SEED_KEYS = ("grads.seed", "evaluation.seed", "attribution.seed", "train.seed")
 WINDOW_FILE = "supported_window.txt"
 
@@ -101,8 +98,12 @@ def package_rows(window: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 
 def _gradian_section() -> dict[str, Any]:
     from gradian import __version__
+    from gradian.plugins import CORE_DISTRIBUTION, get_plugins
 
-    return {"version": __version__, "distributions": {d: _installed_version(d) for d in GRADIAN_DISTRIBUTIONS}}
+    # gradian-core and every distribution that registers a plugin (loaded or failed): the core names none of them
+    found = {info.distribution for info in get_plugins().infos() if info.distribution != "unknown"}
+    return {"version": __version__,
+            "distributions": {d: _installed_version(d) for d in sorted(found | {CORE_DISTRIBUTION})}}
 
 
 def _python_section() -> dict[str, Any]:

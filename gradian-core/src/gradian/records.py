@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,12 +66,30 @@ class TrainerSpec:
     name: str
     summary: str
     load: str
-    requires: tuple[str, ...] = ()
-    available: Callable[[], str | None] | None = None
+    requires: tuple[str, ...] = ()  # distributions that must be installed (checked from metadata, never imported)
+    available: Callable[[], str | None] | None = None  # anything else it needs (a GPU): None when it can run
 
     def unavailable_reason(self) -> str | None:
-        """Why this backend cannot run here, or None when it can."""
-        return self.available() if self.available is not None else None
+        """Why this backend cannot run here, or None when it can (computed once per process)."""
+        return _unavailable_reason(self.requires, self.available)
+
+
+@functools.cache
+def _unavailable_reason(requires: tuple[str, ...], available: Callable[[], str | None] | None) -> str | None:
+    reason = available() if available is not None else None
+    if reason:
+        return reason
+    missing = [name for name in requires if not _installed(name)]
+    return f"{missing[0]} is not installed (pip install {missing[0]})" if missing else None
+
+
+def _installed(distribution: str) -> bool:
+    """Whether a distribution is installed, from its metadata alone: checking must not import it."""
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 # --- run logs -----------------------------------------------------------------------------------

@@ -19,12 +19,9 @@ from gradian.errors import DatasetError, ModelError, PluginError, TrainingError
 from gradian.records import TrainerSpec, TrainJob, TrainResult, load_object
 
 DEFAULT_BACKEND = "hf"
-# The distribution that provides each backend Gradian knows of, for the "pip install" hint.
-BACKEND_DISTRIBUTIONS: dict[str, str] = {
-    "hf": "gradian-trainer-hf",
-    "trl": "gradian-trainer-trl",
-    "unsloth": "gradian-trainer-unsloth",
-}
+# Where a backend that is not installed would come from, for the "pip install" hint: the naming convention of
+# Gradian's trainer plugins, so the core names no plugin distribution.
+BACKEND_DISTRIBUTION = "gradian-trainer-{name}"
 
 
 def make_job(
@@ -80,16 +77,14 @@ def resolve_backend(name: str) -> TrainerSpec:
     spec = trainers.get(name)
     if spec is None:
         installed = ", ".join(sorted(trainers)) or "none"
-        distribution = BACKEND_DISTRIBUTIONS.get(name)
-        if distribution is None:
-            raise PluginError(f"unknown training backend {name!r}; installed backends: {installed}",
-                              "pass --backend hf (the default), trl or unsloth")
+        distribution = BACKEND_DISTRIBUTION.format(name=name)
         failure = next((f for f in plugins.failures if f.distribution == distribution), None)
         if failure is not None:
             raise PluginError(f"the {name} backend's plugin ({distribution}) failed to load: {failure.error}",
                               f"reinstall it: pip install --force-reinstall {distribution}")
-        raise PluginError(f"the {name} training backend is not installed (installed backends: {installed})",
-                          f"pip install {distribution}")
+        raise PluginError(f"training backend {name!r} is not installed (installed backends: {installed})",
+                          f"pass --backend with one of them, or install the plugin that registers {name!r} "
+                          f"(Gradian's own are named gradian-trainer-<backend>: pip install {distribution})")
     reason = spec.unavailable_reason()
     if reason:
         raise TrainingError(f"the {name} training backend cannot run here: {reason}",

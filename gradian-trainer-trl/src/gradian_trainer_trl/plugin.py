@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import gradian
 from gradian.records import TrainerSpec
-
-
-def _available() -> str | None:
-    try:
-        importlib.metadata.version("trl")  # metadata only: checking must not import it
-    except importlib.metadata.PackageNotFoundError:
-        return "trl is not installed (pip install gradian-trainer-trl)"
-    return None
 
 
 @gradian.hookimpl
@@ -24,5 +14,4 @@ def gradian_trainers():
         summary="trl SFTTrainer on gradian's pre-encoded data; refuses if trl's mask differs",
         load="gradian_trainer_trl.backend:TRLTrainer",
         requires=("gradian-trainer-trl", "trl"),
-        available=_available,
     )

@@ -6,22 +6,15 @@ backend runs in a process of its own that imports unsloth first.
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import gradian
 from gradian.records import TrainerSpec
 
 
-def _available() -> str | None:
+def _has_gpu() -> str | None:
+    """The one thing ``requires`` cannot say: unsloth runs on a CUDA GPU only."""
     import torch  # imported on use: listing plugins must stay light
 
-    if not torch.cuda.is_available():
-        return "unsloth needs a CUDA GPU and none is visible"
-    try:
-        importlib.metadata.version("unsloth")  # metadata only: never import unsloth here
-    except importlib.metadata.PackageNotFoundError:
-        return "unsloth is not installed (pip install 'gradian-trainer-unsloth[unsloth]')"
-    return None
+    return None if torch.cuda.is_available() else "unsloth needs a CUDA GPU and none is visible"
 
 
 @gradian.hookimpl
@@ -32,5 +25,5 @@ def gradian_trainers():
         summary="unsloth FastLanguageModel in a separate process (GPU only)",
         load="gradian_trainer_unsloth.backend:UnslothTrainer",
         requires=("gradian-trainer-unsloth", "unsloth"),
-        available=_available,
+        available=_has_gpu,
     )

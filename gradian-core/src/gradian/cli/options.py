@@ -17,7 +17,7 @@ DatasetOption = Annotated[Optional[Path], typer.Option("--dataset", help="The ex
 EvalDatasetOption = Annotated[Optional[Path], typer.Option("--eval-dataset", help="Eval items describing the capability, with the answers you wanted.")]
 RunOption = Annotated[Optional[Path], typer.Option("--run", help="Run directory with the trainer config and logs.")]
 AllowPickleFlag = Annotated[bool, typer.Option("--allow-pickle", help="Accept a pickled adapter_model.bin (off by default). It is read with torch.load(weights_only=True): no code from the file runs, but its pickle is still parsed, and a crafted file can hold wrong or huge tensors; prefer re-saving it as safetensors.")]
-BackendOption = Annotated[str, typer.Option("--backend", help="Training backend: hf (the default), trl or unsloth.")]
+BackendOption = Annotated[str, typer.Option("--backend", help="Training backend, by the name its plugin registers (gradian plugins lists them); hf is the default.")]
 TokenizerOption = Annotated[Optional[Path], typer.Option("--tokenizer", help="A tokenizer directory (with its chat template) to render the data with; default: the one saved next to the adapter, else in the run's checkpoints, else the base model's.")]
 TrustRemoteCodeFlag = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own Python code to run (off by default).")]
 DeviceOption = Annotated[str, typer.Option("--device", help="Where the model runs: auto (this rank's GPU, cuda:$LOCAL_RANK, when CUDA is visible, else mps when it is available, else cpu), cpu, cuda, cuda:N or mps.")]

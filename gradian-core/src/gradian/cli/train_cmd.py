@@ -23,7 +23,7 @@ def train(
     base_model: BaseModelOption = None,
     dataset: DatasetOption = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output dir: the adapter goes to OUT/adapter, the run dir to OUT/run.")] = None,
-    backend: Annotated[str, typer.Option("--backend", help="Training backend: hf (transformers.Trainer, the default), trl or unsloth (GPU only).")] = "hf",
+    backend: Annotated[str, typer.Option("--backend", help="Training backend, by the name its plugin registers (gradian plugins lists them); hf, transformers.Trainer, is the default.")] = "hf",
     config: ConfigOption = None,
     set_: SetOption = None,
     trust_remote_code: TrustRemoteCodeFlag = False,
