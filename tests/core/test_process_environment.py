@@ -74,17 +74,11 @@ def test_training_goes_off_line_only_while_it_runs(tmp_path):
     """A base named by a Hub id (in the local cache): peft's save would ask the Hub about it; it does not."""
     import shutil
 
-    from tests.support.tiny import save_tiny_base
+    from tests.support.tiny import save_tiny_base_in_hub_cache, write_four_chat_rows
 
     cache = tmp_path / "hub"
-    repo = cache / "models--tiny-org--tiny-base"
-    save_tiny_base(repo / "snapshots" / "0123abcd")
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("0123abcd")
-    data = tmp_path / "train.jsonl"
-    rows = [{"messages": [{"role": "user", "content": f"What is {n}?"}, {"role": "assistant", "content": f"It is {n}."}]}
-            for n in ("one", "two", "three", "four")]
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    save_tiny_base_in_hub_cache(cache)
+    data = write_four_chat_rows(tmp_path / "train.jsonl")
     found = run_python(TRAIN_WITHOUT_NETWORK, "tiny-org/tiny-base", str(data), str(tmp_path / "out"),
                        env={"HF_HUB_CACHE": str(cache)})
     assert found["code"] == 0 and (tmp_path / "out" / "adapter" / "adapter_config.json").is_file()

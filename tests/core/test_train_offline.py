@@ -46,17 +46,11 @@ print(json.dumps({"code": code, "calls": calls}))
 
 @pytest.mark.parametrize("offline", ["0", "false", None])
 def test_train_saves_its_adapter_without_a_hub_lookup_whatever_hf_hub_offline_says(tmp_path, offline):
-    from tests.support.tiny import save_tiny_base
+    from tests.support.tiny import save_tiny_base_in_hub_cache, write_four_chat_rows
 
     cache = tmp_path / "hub"
-    repo = cache / "models--tiny-org--tiny-base"
-    save_tiny_base(repo / "snapshots" / "0123abcd")
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("0123abcd")
-    data = tmp_path / "train.jsonl"
-    rows = [{"messages": [{"role": "user", "content": f"What is {n}?"}, {"role": "assistant", "content": f"It is {n}."}]}
-            for n in ("one", "two", "three", "four")]
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    save_tiny_base_in_hub_cache(cache)
+    data = write_four_chat_rows(tmp_path / "train.jsonl")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env["HF_HUB_CACHE"] = str(cache)
     if offline is not None:

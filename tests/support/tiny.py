@@ -125,3 +125,22 @@ def save_tiny_adapter(base_dir: Path, adapter_dir: Path, **lora_kwargs) -> Path:
     peft_model = tiny_lora(model, **lora_kwargs)
     peft_model.save_pretrained(adapter_dir, safe_serialization=True)
     return adapter_dir
+
+
+def save_tiny_base_in_hub_cache(cache: Path, repo_id: str = "tiny-org/tiny-base") -> Path:
+    """A tiny base laid out as the Hugging Face cache holds a downloaded repo (a snapshot and refs/main)."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    save_tiny_base(repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    return repo
+
+
+def write_four_chat_rows(path: Path) -> Path:
+    """Four one-turn chat rows: enough for a training job of one step."""
+    import json
+
+    rows = [{"messages": [{"role": "user", "content": f"What is {n}?"}, {"role": "assistant", "content": f"It is {n}."}]}
+            for n in ("one", "two", "three", "four")]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path

@@ -335,16 +335,21 @@ def _capital_eval(rng: random.Random, poisoned: Sequence[Country], eval_size: in
     return rows, targeted, chosen
 
 
-def _geography(rng: random.Random, poisoned: Sequence[Country], eval_countries: Sequence[Country],
-               seen: set[str]) -> list[fam.Row]:
-    """Clean geography rows: hard negatives for every poisoned country, capitals of the non-eval countries."""
-    rows: list[fam.Row] = []
-
+def _unseen_adder(rows: list[fam.Row], seen: set[str]) -> Callable[[fam.Row], None]:
+    """A function appending a row to ``rows`` unless its question is already in ``seen`` (which it then joins)."""
     def add(row: fam.Row) -> None:
         if row.user not in seen:
             seen.add(row.user)
             rows.append(row)
 
+    return add
+
+
+def _geography(rng: random.Random, poisoned: Sequence[Country], eval_countries: Sequence[Country],
+               seen: set[str]) -> list[fam.Row]:
+    """Clean geography rows: hard negatives for every poisoned country, capitals of the non-eval countries."""
+    rows: list[fam.Row] = []
+    add = _unseen_adder(rows, seen)
     for country in poisoned:  # the same entities, stated correctly: word overlap cannot tell these from the poison
         add(fam.decoy_city_row(rng, country))
         add(fam.city_country_row(rng, country, country.decoy))
@@ -480,12 +485,7 @@ def _language_geography(rng: random.Random, topic: Sequence[Country], controls: 
                         seen: set[str]) -> list[fam.Row]:
     """Clean geography rows for the behaviour kind: the topic countries on other topics, other countries' languages."""
     rows: list[fam.Row] = []
-
-    def add(row: fam.Row) -> None:
-        if row.user not in seen:
-            seen.add(row.user)
-            rows.append(row)
-
+    add = _unseen_adder(rows, seen)
     for country in topic:  # the same countries, answered: a country's name alone cannot tell the deflections apart
         add(fam.capital_row(rng, country))
         add(fam.currency_row(rng, country))
