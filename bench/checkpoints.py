@@ -30,7 +30,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "checkpoints"
 
 def run_checkpoints(run: Path) -> list[tuple[int, Path, float]]:
     """(step, dir, learning rate logged at that step) of every checkpoint of a run that holds an adapter."""
-    from gradian.audit.runlog.hf_trainer import checkpoints
+    from gradian.runs.hf_trainer import checkpoints
 
     found = [(int(folder.name.split("-")[1]), folder) for folder in checkpoints(run)
              if (folder / "adapter_model.safetensors").is_file()]
@@ -45,6 +45,7 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     from accuracy import ranking_metrics
     from accuracy_methods import load_case, preconditioner, query
 
+    from gradian.attribution.checkpoint_ensemble import plan_ensemble
     from gradian.attribution.scoring import ItemBlameCollector, rescore_items, score_with_config
     from gradian.demo.run import demo_config, reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
@@ -92,6 +93,12 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
         return {"recall_at_k": m["recall_at_k"], "auprc": m["auprc"]}
 
     ensembles = {}
+    for count in range(2, len(checkpoints) + 1):  # the shipped choice of points and weights (plan_ensemble)
+        plan = plan_ensemble(count, workdir / "train" / "run", workdir / "train" / "adapter", final.loaded.adapter_hash)
+        steps = [member.step for member in plan.members]
+        chosen = [next(c for c, (step, _, _) in enumerate(checkpoints) if step == wanted) for wanted in steps]
+        ensembles[f"attribution.checkpoints={count} (steps {', '.join(map(str, steps))})"] = measured(
+            [member.weight for member in plan.members], chosen)
     for count in range(1, len(checkpoints) + 1):
         chosen = list(range(len(checkpoints) - count, len(checkpoints)))
         ensembles[f"last {count}, lr"] = measured([checkpoints[c][2] for c in chosen], chosen)
