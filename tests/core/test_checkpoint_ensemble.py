@@ -70,7 +70,7 @@ def test_summed_blame_equals_each_checkpoint_attributed_alone_weighted_by_learni
     expected = 0
     for member in members:
         alone = root / f"alone-{member['step']}"
-        _attribute(trained, tiny_base_dir, alone, Path(member["adapter"]))
+        _attribute(trained, tiny_base_dir, alone, Path(member["adapter"]), "--set", "attribution.checkpoints=1")
         expected = expected + member["weight"] * _item_blame(alone, items)
     np.testing.assert_allclose(_item_blame(root / "ensemble", items), expected, rtol=1e-5, atol=1e-9)
     assert "TracIn-CP" in (root / "ensemble" / "report.md").read_text()
