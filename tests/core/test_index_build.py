@@ -317,3 +317,17 @@ def test_the_python_api_is_gradian_build_index(loaded, tmp_path):
     index = gradian.build_index(loaded, make_examples(5), make_config(), out=tmp_path / "api",
                                 progress=lambda done, total: calls.append((done, total)))
     assert len(index) == 5 and calls[0] == (0, 5) and calls[-1] == (5, 5)
+
+
+def test_a_float16_overflow_and_a_nan_from_the_weights_get_their_own_advice():
+    from gradian.index.build import _check_finite
+
+    rows = np.ones((3, 4), dtype=np.float32)
+    _check_finite(rows, ["a", "b", "c"], "the gradient")  # finite: nothing to say
+    cast = np.array([[1.0, 2.0], [np.inf, 1.0], [1.0, -np.inf]], dtype=np.float32)
+    with pytest.raises(GradientIndexError, match="of example b overflows float16.*and 1 more") as error:
+        _check_finite(cast, ["a", "b", "c"], "the float16 gradient", overflowed=True)
+    assert "bfloat16" in error.value.hint
+    with pytest.raises(GradientIndexError, match="of example b is not finite") as error:
+        _check_finite(np.array([[0.0], [np.nan]]), ["a", "b"], "the gradient")
+    assert "NaN/inf" in error.value.hint

@@ -220,10 +220,11 @@ def compute_shard(plan: BuildPlan, number: int, capture: Any, encoded: Sequence[
         members = order[start:start + batch_size]
         batch = collate([encoded[i] for i in members], pad_id, "right")
         rows = capture.capture(batch).detach().cpu().numpy()
-        _check_finite(rows, [ids[i] for i in members], "the gradient")
+        _check_finite(rows, [ids[i] for i in members], "the gradient")  # float32: NaN/inf came from the weights
         encoded_rows = encode_rows(rows, plan.storage_dtype)
         decoded = decode_rows(encoded_rows, plan.storage_dtype)
-        _check_finite(decoded, [ids[i] for i in members], f"the {plan.storage_dtype} gradient")
+        _check_finite(decoded, [ids[i] for i in members], f"the {plan.storage_dtype} gradient",
+                      overflowed=plan.storage_dtype == "float16")  # finite in float32: only the cast can overflow
         stats.add(decoded)
         stored[members] = encoded_rows
         release_pages(stored)  # a scratch shard's written rows wait in the page cache, not in this process
@@ -239,12 +240,13 @@ def _shard_buffer(plan: BuildPlan, number: int, rows: int, dtype: np.dtype) -> n
     return np.lib.format.open_memmap(scratch, mode="w+", dtype=dtype, shape=(rows, plan.dim))
 
 
-def _check_finite(rows: np.ndarray, ids: Sequence[str], what: str) -> None:
+def _check_finite(rows: np.ndarray, ids: Sequence[str], what: str, *, overflowed: bool = False) -> None:
+    """Refuse non-finite rows; ``overflowed``: they were finite before a float16 cast, so it overflowed."""
     finite = np.isfinite(rows).all(axis=1)
     if finite.all():
         return
     bad = [ids[i] for i in np.flatnonzero(~finite)]
-    if what.startswith("the float16"):
+    if overflowed:
         raise GradientIndexError(
             f"{what} of example {bad[0]} overflows float16 (largest finite value 65504)"
             + (f", and {len(bad) - 1} more in its batch" if len(bad) > 1 else ""),
