@@ -74,6 +74,25 @@ def test_training_follows_gradian_mask(tiny_base_dir, dataset, tmp_path):
         assert batch["attention_mask"][row].sum().item() == n
 
 
+def test_training_follows_grads_loss_mask_as_verify_retraining_needs(tiny_base_dir, dataset, tmp_path):
+    """With grads.loss_mask=all (a report of a run trained on every token), training supervises the prompts too."""
+    from transformers import AutoTokenizer
+
+    from gradian.data import encode, load_dataset
+    from gradian.training.data import encode_training_set
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base_dir)
+    example = list(load_dataset(dataset))[0]
+    supervised = {}
+    for mask in ("auto", "all"):
+        job = make_job(str(tiny_base_dir), dataset, tmp_path / mask, load_config(None, [*QUICK, f"grads.loss_mask={mask}"]))
+        first = encode_training_set(job, tokenizer).examples[0]
+        expected = encode(example, tokenizer, job.config.train.max_seq_length, "assistant" if mask == "auto" else mask)
+        assert list(first.labels) == list(expected.labels)
+        supervised[mask] = first.supervised_tokens
+    assert supervised["all"] > supervised["auto"] > 0
+
+
 def test_dropping_examples_and_unknown_drop_ids(tiny_base_dir, dataset, tmp_path):
     from gradian.data import load_dataset
 

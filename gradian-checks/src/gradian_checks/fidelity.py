@@ -101,7 +101,7 @@ def template_mismatch(ctx: Any) -> Iterator[Hit]:
     needs={"run_config", "dataset"},
 )
 def loss_mask_mismatch(ctx: Any) -> Iterator[Hit]:
-    """The run's loss mask against grads.loss_mask and against the assistant-turn mask of gradian train / verify."""
+    """The run's loss mask against grads.loss_mask and against the assistant-turn mask of a plain gradian train."""
     from gradian.data.loss_mask import DEFAULT_LOSS_MASK, mask_of_run, resolve_loss_mask
     from gradian.runs.training_format import run_formats
 
@@ -117,9 +117,10 @@ def loss_mask_mismatch(ctx: Any) -> Iterator[Hit]:
                   "the captured gradients are not the run's", evidence)
     elif trained != DEFAULT_LOSS_MASK:
         yield Hit(f"the run's loss covered {_tokens(trained)}; attribution follows it (grads.loss_mask={setting} -> "
-                  f"{used}), but gradian train and verify's retraining train on assistant turns only",
+                  f"{used}) and so does verify's retraining, but a plain gradian train of this data trains on "
+                  f"assistant turns only unless grads.loss_mask={trained} is set",
                   evidence, severity="info",
-                  fix="compare retrained runs with care, or retrain with the run's own trainer")
+                  fix=f"pass --set grads.loss_mask={trained} to gradian train, or retrain with the run's own trainer")
 
 
 def _tokens(mask: str) -> str:

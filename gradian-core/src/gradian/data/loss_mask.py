@@ -66,3 +66,9 @@ def resolve_loss_mask(setting: str, run_config: Any = None, formats: Iterable[st
     if mode is None:
         return LossMaskChoice(DEFAULT_LOSS_MASK, reason + "; assistant turns (the default)", source)
     return LossMaskChoice(mode, reason, source)
+
+
+def concrete_loss_mask(grads: Any) -> str:
+    """grads.loss_mask as encode() takes it: ``auto`` left unresolved (no run to follow) is the default mask."""
+    mode = getattr(grads, "loss_mask", "assistant")
+    return "assistant" if mode == "auto" else mode

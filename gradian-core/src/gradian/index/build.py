@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gradian.atomic_files import write_with
+from gradian.data.loss_mask import concrete_loss_mask
 from gradian.errors import DatasetError, GradientIndexError
 from gradian.index.directory import (
     BUILD_STATE,
@@ -30,7 +31,7 @@ from gradian.index.directory import (
 from gradian.index.distributed import RankContext, rank_context
 from gradian.index.dtypes import decode_rows, encode_rows, storage_numpy_dtype
 from gradian.index.mapped import release_pages
-from gradian.index.plan import BuildPlan, ExampleMeta, concrete_loss_mask, default_index_dir, encode_pass, make_plan
+from gradian.index.plan import BuildPlan, ExampleMeta, default_index_dir, encode_pass, make_plan
 from gradian.index.sizing import (
     IN_MEMORY_SHARD_BYTES,
     IndexEstimate,

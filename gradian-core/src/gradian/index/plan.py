@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.data.loss_mask import concrete_loss_mask
 from gradian.grads.whitening import whitening_spec
 from gradian.index.manifest import FORMAT_VERSION, ID_LIBRARIES, BlockInfo, compute_index_id, library_versions
 from gradian.index.stats import StatBlock, plan_stat_blocks
@@ -98,12 +99,6 @@ def encode_pass(examples: Sequence[Any], tokenizer: Any, max_seq_length: int,
             encoded_digest.update(len(array).to_bytes(8, "little") + array.tobytes())
         metas.append(ExampleMeta(example.id, len(encoded.input_ids), int(encoded.num_supervised), bool(encoded.truncated)))
     return metas, ids_digest.hexdigest(), encoded_digest.hexdigest()
-
-
-def concrete_loss_mask(grads: Any) -> str:
-    """grads.loss_mask as encode() takes it: ``auto`` left unresolved (no run to follow) is the default mask."""
-    mode = getattr(grads, "loss_mask", "assistant")
-    return "assistant" if mode == "auto" else mode
 
 
 def block_infos(capture: Any) -> tuple[BlockInfo, ...]:

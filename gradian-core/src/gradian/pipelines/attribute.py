@@ -226,10 +226,10 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
     The build would replace it: an index the user pointed at on purpose, possibly for another adapter and expensive
     to rebuild, is refused instead of overwritten.
     """
+    from gradian.data.loss_mask import concrete_loss_mask
     from gradian.grads.capture import GradientCapture
     from gradian.index.build import encode_pass, make_plan
     from gradian.index.manifest import MANIFEST_NAME, read_manifest
-    from gradian.index.plan import concrete_loss_mask
     from gradian.index.store import get_codec
 
     directory = Path(index_dir).expanduser()
