@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy, finished_c
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "peers"
+NOT_RUN = "not run (cut for time)"
 PEERS = ("kronfluence", "bergson")
 VARIANT_NAMES = {  # variant key written by a peer script -> the table's name
     "ekfac_wanted": "EK-FAC, wanted answer",
@@ -73,10 +74,12 @@ def prepare_case(workdir: Path, data: Path, base_model: str, max_seq_length: int
     items = [item for item in report["capability"]["items"] if item.get("regressed")]
     data.mkdir(parents=True, exist_ok=True)
 
-    def write(name: str, encoded: list[Any]) -> None:
-        with (data / name).open("w", encoding="utf-8") as out:
+    def write(name: str, encoded: list[Any]) -> None:  # whole files replaced at once: a running peer may read them
+        temp = data / f"{name}.tmp"
+        with temp.open("w", encoding="utf-8") as out:
             for enc in encoded:
                 out.write(json.dumps({"input_ids": list(enc.input_ids), "labels": list(enc.labels)}) + "\n")
+        temp.replace(data / name)
 
     write("train.jsonl", [encode(example, tokenizer, length) for example in examples])
     write("query_wanted.jsonl", [encode_answer(prompts[item["id"]], item["wanted"], tokenizer, length)
@@ -87,7 +90,8 @@ def prepare_case(workdir: Path, data: Path, base_model: str, max_seq_length: int
             "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
             "max_seq_length": length, "n_train": len(examples), "items": [item["id"] for item in items],
             "has_generated": [bool(item.get("finetuned_output")) for item in items]}
-    (data / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    (data / "meta.json.tmp").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    (data / "meta.json.tmp").replace(data / "meta.json")
     return {"scenario": scenario, "report": report, "examples": examples, "meta": meta}
 
 
@@ -124,7 +128,7 @@ def run_peer(peer: str, data: Path, out: Path, args: argparse.Namespace) -> dict
         print(f"  {peer}: finished earlier ({result_file})", flush=True)
         return json.loads(result_file.read_text(encoding="utf-8"))
     if args.collect:
-        return {"error": "not run: no finished result (cut to fit the time on two shared cores)"}
+        return {"error": NOT_RUN}
     out.mkdir(parents=True, exist_ok=True)
     for stale in (*out.glob("blame_*.npy"), out / "error.txt", result_file):
         stale.unlink(missing_ok=True)
@@ -202,12 +206,10 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
         cluster = f" / #{metrics['cluster_rank']}" if "cluster_rank" in metrics else " / -"
         return f"{metrics['recall_at_k']:.2f} / {metrics['auprc']:.2f}{cluster}"
 
-    rows: list[tuple[str, str]] = []  # (peer, variant)
-    for case in cases:
-        for peer, entry in case["peers"].items():
-            for variant in entry["variants"] or [""]:
-                if (peer, variant) not in rows:
-                    rows.append((peer, variant))
+    rows: list[tuple[str, str]] = []  # (peer, variant); a peer that produced nothing anywhere gets one row
+    for peer in dict.fromkeys(p for case in cases for p in case["peers"]):
+        variants = dict.fromkeys(v for case in cases for v in (case["peers"].get(peer) or {}).get("variants", {}))
+        rows += [(peer, variant) for variant in variants or [""]]
     names = [c["case"] for c in cases]
     lines = ["# Peer baselines on the finished accuracy cases: Kronfluence and bergson", "", f"`{command}`", "",
              "Each cell: recall@k / AUPRC / rank of the planted cluster by mean blame (k = the planted rows; "
@@ -222,7 +224,7 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
             if entry is None:
                 cells.append("-")
             elif entry.get("error") and not entry["variants"]:
-                cells.append(f"failed: {entry['error']}")
+                cells.append(entry["error"] if entry["error"] == NOT_RUN else f"failed: {entry['error']}")
             else:
                 metrics = entry["variants"].get(variant)
                 cells.append(cell(metrics))
@@ -241,8 +243,8 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
         timing = []
         for peer in PEERS:
             entry = case["peers"].get(peer)
-            if entry is None:
-                timing.append("-")
+            if entry is None or "wall_seconds" not in entry:
+                timing.append("not run" if entry and entry.get("error") == NOT_RUN else "-")
                 continue
             stages = ", ".join(f"{k} {v:.0f}" for k, v in (entry.get("seconds") or {}).items())
             timing.append(f"{entry.get('wall_seconds', 0):.0f}" + (f" ({stages})" if stages else ""))
@@ -250,7 +252,10 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
                      + " | ".join(timing) + " |")
     peer_notes = [f"- {case['case']}, {peer}: {note}" for case in cases for peer, entry in case["peers"].items()
                   for note in entry.get("notes") or []]
-    lines += ["", "## Notes", "", *notes, *peer_notes]
+    runs = [f"- {case['case']}, {peer}: `{entry['command']}`" for case in cases
+            for peer, entry in case["peers"].items() if entry.get("command")]
+    lines += ["", "## Notes", "", *notes, *peer_notes, "", "## Peer runs (each peer script's own command line)", "",
+              *runs]
     return "\n".join(lines) + "\n"
 
 
@@ -310,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", action="store_true", help="run peers again that finished a case earlier")
     parser.add_argument("--collect", action="store_true",
                         help="run nothing: table the finished peer runs, the rest as not run")
+    parser.add_argument("--note", action="append", default=[], help="a line for the notes (repeatable)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.peers = [p for p in args.peers.split(",") if p]
@@ -318,8 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"peers: no finished case {', '.join(missing)} under {args.cases}", file=sys.stderr)
         return 2
     cases = [score_case(args.cases / name, args) for name in args.names]
-    command = "python bench/peers.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    notes = list(NOTES)
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
+    command = "python bench/peers.py " + " ".join(shown) + (" --note ... (the notes below)" if args.note else "")
+    notes = list(NOTES) + [f"- {note}" for note in args.note]
     if args.max_queries:
         notes.append(f"- Cut to the first {args.max_queries} regressed items per case (--max-queries).")
     if args.fit_rows:
