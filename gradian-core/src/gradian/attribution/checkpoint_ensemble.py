@@ -63,8 +63,10 @@ def plan_ensemble(count: int, run_dir: Path | None, adapter_dir: Path | None, ad
     except GradianError as error:
         return EnsemblePlan(note=f"the run at {run_dir} could not be read ({error.one_line()}), so the adapter was "
                                  "scored alone")
+    # a checkpoint whose weights are a pickle is left out unless --allow-pickle, as an adapter would be refused
+    weights = ("adapter_model.safetensors", "adapter_model.bin") if allow_pickle else ("adapter_model.safetensors",)
     found = [(int(folder.name.rsplit("-", 1)[1]), folder) for folder in checkpoints(run_dir)
-             if any((folder / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin"))]
+             if any((folder / name).is_file() for name in weights)]
     final_step = artifact.global_step
     if found and adapter_hash is not None and checkpoint_hash(found[-1][1], allow_pickle=allow_pickle) == adapter_hash:
         final_step = found.pop()[0]  # the last checkpoint is the adapter itself
@@ -75,14 +77,13 @@ def plan_ensemble(count: int, run_dir: Path | None, adapter_dir: Path | None, ad
     rates = sorted((m.step, float(m.learning_rate)) for m in artifact.metrics if m.learning_rate is not None)
     points = [(step, folder, False) for step, folder in chosen] + [(final_step, adapter_dir, True)]
     learning_rates = [_rate_at(rates, step) for step, _, _ in points]
-    weights = _weights(learning_rates)
-    members = tuple(EnsembleMember(step, Path(folder), rate, weight, is_adapter)
-                    for (step, folder, is_adapter), rate, weight in zip(points, learning_rates, weights, strict=True))
+    members = tuple(EnsembleMember(step, Path(folder), rate, weight, is_adapter) for (step, folder, is_adapter), rate,
+                    weight in zip(points, learning_rates, _weights(learning_rates), strict=True))
     notes = []
     if len(members) < count:
         notes.append(f"attribution.checkpoints is {count}, and the run at {run_dir} kept "
                      f"{len(chosen)} checkpoint{'s' if len(chosen) != 1 else ''} before the adapter, "
-                     f"so {len(members)} point{'s' if len(members) != 1 else ''} of the run were scored")
+                     f"so {len(members)} point{'s of the run were' if len(members) != 1 else ' of the run was'} scored")
     if len(members) > 1 and not all(rate is not None for rate in learning_rates):
         notes.append("the run logged no learning rate, so its checkpoints were weighted equally")
     return EnsemblePlan(members, "; ".join(notes) or None)
