@@ -76,6 +76,7 @@ class TrainerSpec:
 
 @functools.cache
 def _unavailable_reason(requires: tuple[str, ...], available: Callable[[], str | None] | None) -> str | None:
+    """The plugin's own reason first (it knows the best hint), then the first required distribution missing."""
     reason = available() if available is not None else None
     if reason:
         return reason
