@@ -147,8 +147,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
 
             ensemble = score_checkpoints(config.attribution.checkpoints, _run_dir(run, loaded), loaded, blame_matrix,
                                          index.index_id, score_member, allow_pickle=allow_pickle)
-            if ensemble.item_blame is not None:
-
+            if ensemble.item_blame is not None:  # the report ranks by the summed blame from here on
                 blame_matrix = ensemble.item_blame
                 scores = rescore_items(blame_matrix, scores.ids, item_ids, range(len(item_ids)),
                                        aggregation=config.attribution.aggregation,
