@@ -11,7 +11,7 @@ from typing import Any, overload
 from gradian.atomic_files import atomic_file
 from gradian.data.examples import FORMATS, Example, Fields, content_sha256, example_id
 from gradian.data.formats import RowFormatError, parse_row
-from gradian.data.readers import SUPPORTED_HINT, read_source
+from gradian.data.readers import read_source, supported_hint
 from gradian.errors import DatasetError
 
 
@@ -78,12 +78,16 @@ def _check_expected_format(expected_format: str | None) -> None:
         raise DatasetError(f"unknown dataset format {expected_format!r}", f"formats are {', '.join(FORMATS)}")
 
 
-def scan_dataset(path: Path | str, *, expected_format: str | None = None) -> DatasetScan:
-    """Read and validate every row, collecting each bad row's error instead of stopping at the first."""
+def scan_dataset(path: Path | str, *, expected_format: str | None = None, what: str = "dataset",
+                 flag: str = "--dataset") -> DatasetScan:
+    """Read and validate every row, collecting each bad row's error instead of stopping at the first.
+
+    An error about the file as a whole names it as ``what``, with what its ``flag`` accepts.
+    """
     _check_expected_format(expected_format)
-    source = read_source(path)
+    source = read_source(path, what, flag)
     if not source.rows:
-        raise DatasetError(f"{source.path}: the dataset has no rows", f"{SUPPORTED_HINT}, with at least one row")
+        raise DatasetError(f"{source.path}: the {what} has no rows", f"{supported_hint(flag)}, with at least one row")
     examples: list[Example] = []
     problems: list[DatasetRowError] = []
     for position, raw in enumerate(source.rows):
@@ -138,12 +142,7 @@ def eval_item_problem(example: Example) -> tuple[str, str] | None:
 
 def scan_eval_dataset(path: Path | str) -> DatasetScan:
     """scan_dataset for --eval-dataset: an error about the file as a whole names the eval set and its flag."""
-    try:
-        return scan_dataset(path)
-    except DatasetError as error:
-        message = error.message.replace(": the dataset ", ": the eval dataset ")
-        message = "eval " + message if message.startswith("dataset ") else message
-        raise DatasetError(message, error.hint.replace("--dataset takes", "--eval-dataset takes")) from None
+    return scan_dataset(path, what="eval dataset", flag="--eval-dataset")
 
 
 def load_eval_dataset(path: Path | str, *, expected_format: str | None = None) -> Dataset:

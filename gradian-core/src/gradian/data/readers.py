@@ -17,7 +17,12 @@ from gradian.data.formats import RowFormatError, detect_format, json_type
 from gradian.errors import DatasetError
 from gradian.user_files import DATASET_LIMIT, read_bytes, value_problem
 
-SUPPORTED_HINT = "--dataset takes a .jsonl / .json / .parquet file or a directory written by datasets' save_to_disk"
+
+def supported_hint(flag: str = "--dataset") -> str:
+    """What the flag that names a data file accepts."""
+    return f"{flag} takes a .jsonl / .json / .parquet file or a directory written by datasets' save_to_disk"
+
+
 DATASETS_MISSING_HINT = "pip install datasets"
 _WHITESPACE = " \t\n\r"
 
@@ -41,22 +46,24 @@ class RawSource:
     rows: tuple[RawRow, ...]
 
 
-def read_source(path: Path | str) -> RawSource:
-    """Read every row of a dataset path; raise DatasetError when the path itself cannot be read."""
+def read_source(path: Path | str, what: str = "dataset", flag: str = "--dataset") -> RawSource:
+    """Read every row of a dataset path; raise DatasetError, naming ``what`` and its ``flag``, when the path itself
+    cannot be read."""
     path = Path(path)
+    hint = supported_hint(flag)
     if not path.exists() and not path.is_symlink():
-        raise DatasetError(f"dataset not found: {path}", f"check the path; {SUPPORTED_HINT}")
+        raise DatasetError(f"{what} not found: {path}", f"check the path; {hint}")
     if path.is_dir():
-        return _read_saved_dir(path)
+        return _read_saved_dir(path, hint)
     # A symlink loop, a device (/dev/zero) or a FIFO is refused here, before a single unbounded read.
-    data = read_bytes(path, "dataset", DatasetError, limit=DATASET_LIMIT, hint=SUPPORTED_HINT)
+    data = read_bytes(path, what, DatasetError, limit=DATASET_LIMIT, hint=hint)
     digest = hashlib.sha256(data).hexdigest()
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        return RawSource(path, digest, "parquet", _read_parquet(path))
+        return RawSource(path, digest, "parquet", _read_parquet(path, hint))
     if suffix in (".jsonl", ".ndjson"):
         return RawSource(path, digest, "jsonl", _jsonl_rows(data))
-    json_rows = _json_document_rows(path, data)
+    json_rows = _json_document_rows(path, data, what, hint)
     if json_rows is None:  # not one JSON document: read it as JSON Lines (.json files often are)
         return RawSource(path, digest, "jsonl", _jsonl_rows(data))
     return RawSource(path, digest, "json", json_rows)
@@ -95,7 +102,7 @@ def _jsonl_rows(data: bytes) -> tuple[RawRow, ...]:
     return tuple(rows)
 
 
-def _json_document_rows(path: Path, data: bytes) -> tuple[RawRow, ...] | None:
+def _json_document_rows(path: Path, data: bytes, what: str, hint: str) -> tuple[RawRow, ...] | None:
     """Rows of a JSON document (a list of rows, or {"data": [...]}); None when the bytes are not one document."""
     try:
         text = data.decode("utf-8-sig")
@@ -104,7 +111,7 @@ def _json_document_rows(path: Path, data: bytes) -> tuple[RawRow, ...] | None:
         raise DatasetError(f"{path}:{line}: file is not UTF-8 (byte 0x{data[exc.start]:02x})",
                            "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
     if not text.strip():
-        raise DatasetError(f"{path}: the dataset file is empty", f"{SUPPORTED_HINT}, with at least one row")
+        raise DatasetError(f"{path}: the {what} file is empty", f"{hint}, with at least one row")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -114,9 +121,9 @@ def _json_document_rows(path: Path, data: bytes) -> tuple[RawRow, ...] | None:
                            "a .json dataset is one JSON array of rows (or {\"data\": [...]}); "
                            "for one row per line use .jsonl") from None
     except RecursionError:
-        raise DatasetError(f"{path}: the JSON document is nested too deep to read", SUPPORTED_HINT) from None
+        raise DatasetError(f"{path}: the JSON document is nested too deep to read", hint) from None
     except ValueError:  # an integer past Python's 4300-digit conversion limit
-        raise DatasetError(f"{path}: the JSON document holds an integer too long to read", SUPPORTED_HINT) from None
+        raise DatasetError(f"{path}: the JSON document holds an integer too long to read", hint) from None
     start = _skip_whitespace(text, 0)
     if isinstance(document, list):
         return _rows_at(text, _array_items(text, start))
@@ -185,7 +192,7 @@ def _unsafe_row(problem: str) -> RowFormatError:
     return RowFormatError(f"the row {problem}", "fix or drop this row; it did not come from a normal export")
 
 
-def _read_parquet(path: Path) -> tuple[RawRow, ...]:
+def _read_parquet(path: Path, hint: str) -> tuple[RawRow, ...]:
     try:
         import pyarrow.parquet as parquet
     except ImportError:
@@ -194,7 +201,7 @@ def _read_parquet(path: Path) -> tuple[RawRow, ...]:
     try:
         table = parquet.read_table(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise DatasetError(f"{path}: not a readable parquet file ({exc})", SUPPORTED_HINT) from None
+        raise DatasetError(f"{path}: not a readable parquet file ({exc})", hint) from None
     return tuple(RawRow(number, value=row) for number, row in enumerate(table.to_pylist(), start=1))
 
 
@@ -209,10 +216,10 @@ def directory_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _read_saved_dir(path: Path) -> RawSource:
+def _read_saved_dir(path: Path, hint: str) -> RawSource:
     """A directory written by datasets' save_to_disk (a Dataset, or a DatasetDict with one split)."""
     if not any((path / marker).exists() for marker in ("dataset_info.json", "state.json", "dataset_dict.json")):
-        raise DatasetError(f"{path} is a directory but not one written by datasets' save_to_disk", SUPPORTED_HINT)
+        raise DatasetError(f"{path} is a directory but not one written by datasets' save_to_disk", hint)
     digest = directory_sha256(path)
     try:
         import datasets
@@ -222,7 +229,7 @@ def _read_saved_dir(path: Path) -> RawSource:
     try:
         loaded = datasets.load_from_disk(str(path))
     except Exception as exc:  # datasets raises FileNotFoundError, ValueError, ArrowInvalid...
-        raise DatasetError(f"{path}: datasets could not load this directory ({exc})", SUPPORTED_HINT) from None
+        raise DatasetError(f"{path}: datasets could not load this directory ({exc})", hint) from None
     if isinstance(loaded, datasets.DatasetDict):
         splits = list(loaded)
         if len(splits) != 1:
