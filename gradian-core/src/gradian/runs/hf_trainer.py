@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gradian.data.formats import json_type
 from gradian.errors import RunDirError
 from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
 from gradian.runs.artifact_builder import (
@@ -103,7 +104,8 @@ def metrics_from_log_history(history: list[Any], text: str, path: Path | None = 
     where = path if path is not None else TRAINER_STATE
     for number, (entry, line) in enumerate(zip(history, lines, strict=True), start=1):
         if not isinstance(entry, Mapping):
-            raise RunDirError(f"{where}: log_history entry {number} is a JSON {_json_kind(entry)}, not an object",
+            kind = json_type(entry).split(" ")[-1]  # "a string" -> "string"
+            raise RunDirError(f"{where}: log_history entry {number} is a JSON {kind}, not an object",
                               "log_history is the list of logged dicts transformers.Trainer writes; restore the "
                               "file from the latest checkpoint-N/ copy")
         if "train_runtime" in entry or "train_loss" in entry:
@@ -123,17 +125,6 @@ def metrics_from_log_history(history: list[Any], text: str, path: Path | None = 
             continue
         points.append(point)
     return points, finished
-
-
-def _json_kind(value: Any) -> str:
-    """The JSON name of a parsed value's type (string, number, list...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "list"}.get(type(value), type(value).__name__)
 
 
 def checkpoint_finished(global_step: int | None, max_steps: int | None) -> bool:
