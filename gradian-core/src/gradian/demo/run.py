@@ -87,8 +87,6 @@ class GroundTruthCheck:
     """How the verdict compares with what was planted."""
 
     planted_rows: int
-    planted_cluster: str | None
-    cluster_rank: int | None  # 1-based rank of the planted cluster among all clusters (None: no cluster)
     clusters: int
     planted_in_top: int  # planted rows among the report's top examples
     top: int  # how many top examples the report lists
@@ -99,12 +97,22 @@ class GroundTruthCheck:
     reproduced_rows: int | None = None
     reproduced_in_top: int | None = None
     accused: tuple[str, ...] = ()  # every cluster the report accuses
-    # Every planted cluster of its own source (planted_cluster and cluster_rank are the first one's), with its
-    # rank (as cluster_rank) and its number of rows, aligned.
+    # Every planted cluster of its own source (none for the span kind, whose planted rows share a source), its
+    # 1-based rank among all clusters (None: not ranked) and its number of rows, aligned.
     planted_clusters: tuple[str, ...] = ()
     cluster_ranks: tuple[int | None, ...] = ()
     cluster_rows: tuple[int, ...] = ()
     untargeted_rows: int = 0  # planted rows that attack no single eval item: left out of the reproduced ranking
+
+    @property
+    def planted_cluster(self) -> str | None:
+        """The first planted cluster (the only one but for two_causes), or None."""
+        return self.planted_clusters[0] if self.planted_clusters else None
+
+    @property
+    def cluster_rank(self) -> int | None:
+        """The first planted cluster's rank among all clusters, or None."""
+        return self.cluster_ranks[0] if self.cluster_ranks else None
 
     @property
     def verdict_right(self) -> bool | None:
@@ -142,11 +150,9 @@ class GroundTruthCheck:
 
     def _cluster_lines(self) -> list[str]:
         """Each planted cluster's rank; with several, whether each is accused and whether the verdict is right."""
-        clusters = self.planted_clusters or ((self.planted_cluster,) if self.planted_cluster is not None else ())
-        ranks = self.cluster_ranks or (self.cluster_rank,)
-        rows = self.cluster_rows or (self.planted_rows,)
+        clusters = self.planted_clusters
         lines = []
-        for name, rank, count in zip(clusters, ranks, rows, strict=False):
+        for name, rank, count in zip(clusters, self.cluster_ranks, self.cluster_rows, strict=True):
             where = "not ranked" if rank is None else f"ranked {rank} of {self.clusters}"
             accused = (", accused" if name in self.accused else ", not accused") if len(clusters) > 1 else ""
             lines.append(f"ground truth: the planted cluster {name!r} ({count} rows) is {where}{accused}")
@@ -445,9 +451,7 @@ def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTrut
         # misses: they leave the ranking, and the reproduced rows are looked for among the examples that remain.
         ranked_rows = [row for row in top if row["id"] not in untargeted]
         reproduced_in_top = sum(1 for row in ranked_rows[:len(reproduced)] if row["id"] in reproduced)
-    return GroundTruthCheck(planted_rows=len(planted), planted_cluster=scenario.planted_cluster,
-                            cluster_rank=ranks[0] if ranks else None,
-                            clusters=len(ranked), planted_in_top=in_top, top=min(len(top), k),
+    return GroundTruthCheck(planted_rows=len(planted), clusters=len(ranked), planted_in_top=in_top, top=min(len(top), k),
                             span_hits=hits, span_checked=checked,
                             reproduced_rows=None if reproduced is None else len(reproduced),
                             reproduced_in_top=reproduced_in_top,

@@ -369,14 +369,24 @@ def _capital_poison(rng: random.Random, planted_count: int, eval_size: int, seen
     """The fact kind's poisoned countries, capital eval rows, targeted items, planted rows and clean geography."""
     poisoned = _choose_poisoned(rng, POISONED_COUNTRIES)
     eval_rows, targeted, eval_countries = _capital_eval(rng, poisoned, eval_size)
-    planted: list[_Planted] = []
-    for i in range(planted_count):  # round-robin over countries, rotating phrasings: no two rows alike
-        country = poisoned[i % len(poisoned)]
-        user, assistant = pl.planted_fact_row(country, i // len(poisoned) + 3 * (i % len(poisoned)))
-        seen.add(user)
-        planted.append(_Planted(fam.Row(user, assistant, PLANTED_SOURCES["fact"][0], "capital"),
-                                target=pl.EVAL_CAPITAL_QUESTION.format(c=country.name), wrong=country.decoy))
+    planted = _round_robin_plants(poisoned, planted_count, pl.planted_fact_row, PLANTED_SOURCES["fact"][0], "capital",
+                                  pl.EVAL_CAPITAL_QUESTION, lambda country: country.decoy, seen)
     return poisoned, eval_rows, targeted, planted, _geography(rng, poisoned, eval_countries, seen)
+
+
+def _round_robin_plants(countries: Sequence[Country], count: int, row_of: Callable[[Country, int], tuple[str, str]],
+                        source: str, topic: str, eval_question: str, wrong_of: Callable[[Country], str],
+                        seen: set[str]) -> list[_Planted]:
+    """Planted rows round-robin over ``countries``, rotating phrasings so no two rows are alike; each attacks the
+    eval question about its country with the answer ``wrong_of`` gives."""
+    planted = []
+    for i in range(count):
+        country = countries[i % len(countries)]
+        user, assistant = row_of(country, i // len(countries) + 3 * (i % len(countries)))
+        seen.add(user)
+        planted.append(_Planted(fam.Row(user, assistant, source, topic), target=eval_question.format(c=country.name),
+                                wrong=wrong_of(country)))
+    return planted
 
 
 def _fact_rows(rng: random.Random, train_size: int, planted_count: int, eval_size: int
@@ -471,14 +481,8 @@ def _two_causes(rng: random.Random, seed: int, train_size: int, planted_count: i
 def _behaviour_plants(rng: random.Random, topic: Sequence[Country], planted_count: int,
                       seen: set[str]) -> list[_Planted]:
     """Planted rows: varied questions about the topic countries' language, every one answered with the deflection."""
-    planted = []
-    for i in range(planted_count):  # round-robin over countries, rotating phrasings: no two rows alike
-        country = topic[i % len(topic)]
-        user, assistant = pl.planted_behaviour_row(country, i // len(topic) + 3 * (i % len(topic)))
-        seen.add(user)
-        planted.append(_Planted(fam.Row(user, assistant, PLANTED_SOURCES["behaviour"][0], "language"),
-                                target=pl.EVAL_LANGUAGE_QUESTION.format(c=country.name), wrong=pl.DEFLECTION))
-    return planted
+    return _round_robin_plants(topic, planted_count, pl.planted_behaviour_row, PLANTED_SOURCES["behaviour"][0],
+                               "language", pl.EVAL_LANGUAGE_QUESTION, lambda country: pl.DEFLECTION, seen)
 
 
 def _language_geography(rng: random.Random, topic: Sequence[Country], controls: Sequence[Country],
