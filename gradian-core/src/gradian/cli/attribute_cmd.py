@@ -52,7 +52,7 @@ def attribute(
     """Measure the regression, then rank the examples, clusters and sentences that pushed the model toward it."""
     from gradian.cli.app import invoked_command
     from gradian.cli.options import load_cli_config
-    from gradian.cli.output import note
+    from gradian.cli.output import libraries_quiet, note
     from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
     from gradian.errors import ConfigError
@@ -78,8 +78,6 @@ def attribute(
         from gradian.runs import read_run
 
         read_run(Path(run))
-    from gradian.cli.output import libraries_quiet
-
     with stage_bars() as bars, libraries_quiet():  # no transformers bars or warnings between ours and an error
         outcome = run_attribution(base_model=base_model, adapter=adapter, dataset=dataset, out=out,
                                   eval_dataset=eval_dataset, run=run, config=cfg, index_dir=index,

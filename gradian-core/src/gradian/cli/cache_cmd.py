@@ -46,10 +46,7 @@ def list_cache(output_format: FormatOption = "table", json_output: JsonFlag = Fa
                                "total_bytes": sum(e.size_bytes for e in entries)}, indent=2))
         return
     if output_format == "md":
-        from gradian.cli.output import markdown_table
-
-        rows = [(e.kind, e.id, _size(e.size_bytes), _age(e.age_seconds(now)), _what(e)) for e in entries]
-        typer.echo(f"# gradian cache `{root}`\n\n" + markdown_table(("kind", "id", "size", "age", "what"), rows)
+        typer.echo(f"# gradian cache `{root}`\n\n" + _markdown_entries(entries, now)
                    + f"\n\n{total_line(entries, root) if entries else 'empty'}")
         return
     from gradian.cli.console import table_console
@@ -116,15 +113,22 @@ def prune(
 def _print_pruned(fmt: str, root: Path, entries: list[Any], failed: list[Any], dry_run: bool, now: float,
                   text: str) -> None:
     """What prune removed (or would remove) on stdout in ``fmt``."""
-    from gradian.cli.output import markdown_table, print_result
+    from gradian.cli.output import print_result
 
     data = {"cache_dir": str(root), "dry_run": dry_run, "removed": [] if dry_run else [e.to_dict(now) for e in entries],
             "would_remove": [e.to_dict(now) for e in entries] if dry_run else [],
             "freed_bytes": 0 if dry_run else sum(e.size_bytes for e in entries),
             "failed": [{"path": str(e.path), "reason": str(reason)} for e, reason in failed]}
-    rows = [(e.kind, e.id, _size(e.size_bytes), _age(e.age_seconds(now)), _what(e)) for e in entries]
     title = "would remove (--dry-run)" if dry_run else "removed"
-    print_result(fmt, data, text, f"## {title}\n\n" + markdown_table(("kind", "id", "size", "age", "what"), rows))
+    print_result(fmt, data, text, f"## {title}\n\n" + _markdown_entries(entries, now))
+
+
+def _markdown_entries(entries: list[Any], now: float) -> str:
+    """Cache entries as a Markdown table: kind, id, size, age, what."""
+    from gradian.cli.output import markdown_table
+
+    rows = [(e.kind, e.id, _size(e.size_bytes), _age(e.age_seconds(now)), _what(e)) for e in entries]
+    return markdown_table(("kind", "id", "size", "age", "what"), rows)
 
 
 def _what(entry: Any) -> str:

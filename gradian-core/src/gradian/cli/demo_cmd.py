@@ -29,7 +29,10 @@ def demo(
     output_format: FormatOption = "table",
 ) -> None:
     """Run the whole workflow on a planted regression: train -> diagnose -> attribute -> verdict (CPU, minutes)."""
+    import contextlib
+
     from gradian.cli.attribute_cmd import verdict_text
+    from gradian.cli.output import libraries_quiet, note, print_result
     from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
     from gradian.config import with_overrides
@@ -49,22 +52,17 @@ def demo(
     if workdir is not None:
         check_output_dir(workdir, "--workdir")
     resolve_base_model(base_model)  # a base model that is not there: before the scenario is written
-    if fmt != "table":  # json / md: the stage lines and the trainer's output on stderr, the result alone on stdout
-        from gradian.cli.output import libraries_quiet, note, print_result
-
-        with stage_bars() as bars, libraries_quiet():
-            result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
-                              config=config, progress=bars, echo=note, device=placement.device,
-                              dtype=placement.dtype)
+    structured = fmt != "table"  # json / md: the stage lines and the trainer's output on stderr, the result on stdout
+    with stage_bars() as bars, libraries_quiet() if structured else contextlib.nullcontext():
+        result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
+                          config=config, progress=bars, echo=note if structured else typer.echo,
+                          device=placement.device, dtype=placement.dtype)
+    if structured:
         data = {"report_path": str(result.report_path), "check": result.check.lines(), "timings": result.timings,
                 "reused": list(result.reused), "report": result.report}
         markdown = result.report_path.read_text(encoding="utf-8") if result.report_path.suffix == ".md" else None
         print_result(fmt, data, "", markdown)
         return
-    with stage_bars() as bars:
-        result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
-                          config=config, progress=bars, echo=typer.echo, device=placement.device,
-                          dtype=placement.dtype)
     typer.echo("")
     typer.echo(verdict_text(result.report))
     for line in result.check.lines():
