@@ -30,14 +30,14 @@ RESULTS = Path(__file__).resolve().parent / "results" / "checkpoints"
 
 def run_checkpoints(run: Path) -> list[tuple[int, Path, float]]:
     """(step, dir, learning rate logged at that step) of every checkpoint of a run that holds an adapter."""
+    from gradian.attribution.checkpoint_ensemble import logged_rates, rate_at
+    from gradian.runs import read_run
     from gradian.runs.hf_trainer import checkpoints
 
     found = [(int(folder.name.split("-")[1]), folder) for folder in checkpoints(run)
              if (folder / "adapter_model.safetensors").is_file()]
-    state = json.loads((run / "trainer_state.json").read_text(encoding="utf-8"))
-    rates = {entry["step"]: entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry}
-    return [(step, folder, float(rates.get(step, rates[max(s for s in rates if s <= step)])))
-            for step, folder in found]
+    rates = logged_rates(read_run(run))
+    return [(step, folder, rate_at(rates, step)) for step, folder in found]
 
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:

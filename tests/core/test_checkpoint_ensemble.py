@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from gradian.attribution.checkpoint_ensemble import _evenly_spaced, _rate_at, _weights, plan_ensemble
+from gradian.attribution.checkpoint_ensemble import _evenly_spaced, _weights, plan_ensemble, rate_at
 from gradian.cli.app import main
 from gradian.errors import ModelError
 from tests.core.checking_reports import write_dataset, write_eval
@@ -140,7 +140,7 @@ def test_evenly_spaced_rates_and_weights():
     assert [s for s, _ in _evenly_spaced(found[:2], 800, 3)] == [100, 200]
     assert _evenly_spaced(found, 800, 0) == []
     rates = [(10, 3e-4), (20, 2e-4), (30, 1e-4)]
-    assert _rate_at(rates, 25) == 2e-4 and _rate_at(rates, 5) == 3e-4 and _rate_at(rates, None) == 1e-4
-    assert _rate_at([], 5) is None
+    assert rate_at(rates, 25) == 2e-4 and rate_at(rates, 5) == 3e-4 and rate_at(rates, None) == 1e-4
+    assert rate_at([], 5) is None
     assert _weights([3.0, 1.0]) == [0.75, 0.25]
     assert _weights([None, 1.0]) == [0.5, 0.5] and _weights([0.0, 0.0]) == [0.5, 0.5]

@@ -74,9 +74,9 @@ def plan_ensemble(count: int, run_dir: Path | None, adapter_dir: Path | None, ad
     if final_step is None and earlier:
         final_step = earlier[-1][0]
     chosen = _evenly_spaced(earlier, final_step or 0, count - 1)
-    rates = sorted((m.step, float(m.learning_rate)) for m in artifact.metrics if m.learning_rate is not None)
+    rates = logged_rates(artifact)
     points = [(step, folder, False) for step, folder in chosen] + [(final_step, adapter_dir, True)]
-    learning_rates = [_rate_at(rates, step) for step, _, _ in points]
+    learning_rates = [rate_at(rates, step) for step, _, _ in points]
     members = tuple(EnsembleMember(step, Path(folder), rate, weight, is_adapter) for (step, folder, is_adapter), rate,
                     weight in zip(points, learning_rates, _weights(learning_rates), strict=True))
     notes = []
@@ -105,7 +105,12 @@ def _evenly_spaced(found: Sequence[tuple[int, Path]], final_step: int, wanted: i
     return sorted(chosen, key=lambda entry: entry[0])
 
 
-def _rate_at(rates: Sequence[tuple[int, float]], step: int | None) -> float | None:
+def logged_rates(artifact: Any) -> list[tuple[int, float]]:
+    """(step, learning rate) of every logged point of a run that has one, by step."""
+    return sorted((m.step, float(m.learning_rate)) for m in artifact.metrics if m.learning_rate is not None)
+
+
+def rate_at(rates: Sequence[tuple[int, float]], step: int | None) -> float | None:
     """The learning rate last logged at or before ``step`` (the first logged one before any log)."""
     if not rates:
         return None
