@@ -93,6 +93,12 @@ def test_conversational_prompt_completion_text_parts_and_weight(tmp_path):
     assert first.messages == (Message("system", "Be brief."), Message("user", "Hi"), Message("assistant", "Hello"))
     assert [m.supervised for m in second.messages] == [False, False, False, True]
     assert second.supervised_text == "d"
+    assert not first.plain_pair and not second.plain_pair
+
+
+def test_string_prompt_completion_is_marked_a_plain_pair(tmp_path):
+    (example,) = load_dataset(write_lines(tmp_path / "d.jsonl", [FORMAT_CASES["prompt_completion"][0]]))
+    assert example.plain_pair  # TRL tokenizes these raw; grads.string_pairs decides how Gradian does
 
 
 def test_ids_embed_position_and_change_with_content_or_order(tmp_path):

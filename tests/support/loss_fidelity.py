@@ -45,6 +45,12 @@ PROMPT_COMPLETION_ROWS = [
     {"prompt": [{"role": "user", "content": "Which city is the capital of Canada?"}],
      "completion": [{"role": "assistant", "content": "Ottawa is the capital of Canada."}]},
 ]
+# TRL's standard (non-conversational) prompt/completion: two strings, tokenized raw with no chat template.
+PLAIN_PROMPT_COMPLETION_ROWS = [
+    {"prompt": "Question: What is the capital of Spain?\nAnswer:", "completion": " The capital of Spain is Madrid."},
+    {"prompt": "Question: What is seven times six?\nAnswer:", "completion": " Seven times six is forty-two."},
+    {"prompt": "Translate to French: good morning\n", "completion": "bonjour"},
+]
 # Alpaca with system and history, and ShareGPT with a top-level system: what the user's script turns into messages.
 ALPACA_SHAREGPT_ROWS = [
     {"instruction": "And the capital of Germany?", "input": "", "output": "Berlin is the capital of Germany.",
@@ -66,6 +72,7 @@ class LossComparison:
     token_counts: tuple[int, ...]
     loss_mask: str
     tokenizer: str
+    string_pairs: str = "template"
 
     @property
     def delta(self) -> float:
@@ -104,10 +111,12 @@ def lora_model(base_dir: Path) -> Any:
                                             target_modules=["q_proj", "v_proj", "down_proj"], task_type="CAUSAL_LM"))
 
 
-def gradian_loss(base_dir: Path, run_dir: Path, dataset: Path, step: int = 2) -> LossComparison:
+def gradian_loss(base_dir: Path, run_dir: Path, dataset: Path, step: int = 2,
+                 settings: tuple[str, ...] = ()) -> LossComparison:
     """Gradian's token-mean loss over the dataset under checkpoint-(step-1), as ``gradian index`` would compute it."""
-    from gradian.config import GradianConfig
+    from gradian.config import load_config
     from gradian.data import encode, load_dataset
+    from gradian.data.loss_mask import concrete_encoding
     from gradian.grads.batch import collate
     from gradian.grads.loss import supervised_loss
     from gradian.index.build import follow_training_run
@@ -115,11 +124,11 @@ def gradian_loss(base_dir: Path, run_dir: Path, dataset: Path, step: int = 2) ->
 
     loaded = LoadedModel.load(str(base_dir), run_dir / f"checkpoint-{step - 1}", device="cpu", dtype="float32")
     examples = list(load_dataset(dataset))
-    config = follow_training_run(GradianConfig(), loaded, examples)
-    mask = config.grads.loss_mask
-    encoded = [encode(example, loaded.tokenizer, 512, mask) for example in examples]
+    config = follow_training_run(load_config(None, list(settings)), loaded, examples)
+    encoded = [encode(example, loaded.tokenizer, 512, **concrete_encoding(config.grads)) for example in examples]
     loss = supervised_loss(loaded.model, collate(encoded, loaded.tokenizer.pad_token_id), "sum")
     per_example = [float(v) for v in loss.per_example]
     counts = [int(c) for c in loss.token_counts]
     return LossComparison(logged_loss(run_dir, step), sum(per_example) / sum(counts), tuple(per_example),
-                          tuple(counts), mask, loaded.tokenizer_choice.description)
+                          tuple(counts), config.grads.loss_mask, loaded.tokenizer_choice.description,
+                          config.grads.string_pairs)

@@ -11,6 +11,7 @@ import pytest
 from tests.support.loss_fidelity import (
     GENERATION_CHATML,
     MESSAGES_ROWS,
+    PLAIN_PROMPT_COMPLETION_ROWS,
     PROMPT_COMPLETION_ROWS,
     gradian_loss,
     lora_model,
@@ -25,6 +26,9 @@ CASES = {
     "messages-all-tokens": (MESSAGES_ROWS, {}, None, "all"),
     "prompt-completion": (PROMPT_COMPLETION_ROWS, {}, None, "completion"),
     "assistant-only": (MESSAGES_ROWS, {"assistant_only_loss": True}, GENERATION_CHATML, "assistant"),
+    # Plain strings: TRL tokenizes prompt + completion + EOS with no template (grads.string_pairs auto -> raw).
+    "string-prompt-completion": (PLAIN_PROMPT_COMPLETION_ROWS, {}, None, "completion"),
+    "string-prompt-completion-all-tokens": (PLAIN_PROMPT_COMPLETION_ROWS, {"completion_only_loss": False}, None, "all"),
 }
 
 
@@ -64,9 +68,19 @@ def test_gradian_loss_equals_the_sft_trainer_logged_loss(case, tiny_base_dir, tr
     result = gradian_loss(tiny_base_dir, run, dataset)
 
     print(f"\ntrl {case}: logged {result.logged:.7f} gradian {result.gradian:.7f} delta {result.delta:.2e} "
-          f"mask {result.loss_mask} tokens {result.token_counts}")
+          f"mask {result.loss_mask} string pairs {result.string_pairs} tokens {result.token_counts}")
     assert result.loss_mask == CASES[case][3]
+    assert result.string_pairs == "raw"  # a TRL run: only string rows are affected
     assert result.delta < 1e-5
+
+
+def test_string_pairs_through_the_chat_template_are_not_what_trl_trained(tiny_base_dir, trl_runs):
+    run, dataset = trl_runs["string-prompt-completion"]
+    result = gradian_loss(tiny_base_dir, run, dataset, settings=("grads.string_pairs=template",))
+
+    print(f"\ntemplated string pairs: logged {result.logged:.7f} gradian {result.gradian:.7f} delta {result.delta:.2e}")
+    assert result.string_pairs == "template"
+    assert result.delta > 1e-3
 
 
 def test_diagnose_on_a_run_trained_on_all_tokens(tiny_base_dir, trl_runs):

@@ -43,6 +43,10 @@ class GradsConfig:
     loss_mask: str = _opt("auto", "tokens the loss covers: auto (what the run that trained the adapter used, else "
                           "assistant), assistant (assistant turns), completion (all after the prompt) or all",
                           choices=("auto", "assistant", "completion", "all"))
+    string_pairs: str = _opt("auto", "how prompt/completion rows of two plain strings are tokenized: auto (raw after "
+                             "a TRL or unsloth run, else template), template (a user and an assistant turn through the "
+                             "chat template) or raw (prompt + completion + EOS, no template: TRL's SFTTrainer)",
+                             choices=("auto", "template", "raw"))
     shard_size: int = _opt(256, "examples per index shard", min=1)
     codec: str = _opt("npy", "storage codec for index shards")
     seed: int = _opt(0, "seed of the random projection", min=0)

@@ -11,6 +11,8 @@ Rules (one place, so the mask trained on is the mask attributed over):
   after the content, e.g. ``<|im_end|>`` for ChatML, ``<|eot_id|>`` for Llama-3, EOS in the plain format), so the
   model learns to stop. Template text around the content (role headers, the newline after ``<|im_end|>``) is -100.
 - Plain ``text`` rows: every token of the text plus an EOS is supervised (BOS first when the tokenizer adds one).
+- Prompt/completion rows of two plain strings are rendered as a user and an assistant turn, unless ``pairs`` is
+  ``raw`` (``grads.string_pairs``, TRL's way): then ``prompt + completion + EOS`` with no template.
 - ``loss_mask`` (``gradian.data.loss_mask``) widens the mask to what other trainers train on: ``completion`` is every
   token after the rendered prompt, ``all`` every token; their one segment is attributed to the last assistant turn.
 - Position 0 is never supervised: no logit predicts it, so every supervised label is one the loss really uses.
@@ -74,13 +76,18 @@ class Encoded:
         return (hits[0], hits[-1] + 1) if hits else (0, 0)
 
 
-def encode(example: Example, tokenizer: Any, max_seq_length: int, loss_mask: str = DEFAULT_LOSS_MASK) -> Encoded:
+def encode(example: Example, tokenizer: Any, max_seq_length: int, loss_mask: str = DEFAULT_LOSS_MASK,
+           pairs: str = "template") -> Encoded:
     """Tokenize an example and mask everything but its supervised assistant turns (end-of-turn included).
 
-    ``loss_mask`` ``completion`` or ``all`` supervises every token after the prompt, or every token, instead.
+    ``loss_mask`` ``completion`` or ``all`` supervises every token after the prompt, or every token, instead;
+    ``pairs`` ``raw`` tokenizes a plain-string prompt/completion row without the chat template, as TRL does.
     """
     if example.text is not None:
         return _encode_text(example.text, tokenizer, max_seq_length)
+    if example.plain_pair and pairs == "raw":
+        prompt, completion = (message.content for message in example.messages)
+        return _encode_raw_pair(prompt, completion, loss_mask, tokenizer, max_seq_length)
     if loss_mask != DEFAULT_LOSS_MASK:
         return _encode_wide(example.messages, loss_mask, tokenizer, max_seq_length, example.location)
     supervise = [index for index, message in enumerate(example.messages) if message.supervised]
@@ -156,6 +163,27 @@ def _encode_wide(messages: Sequence[Message], loss_mask: str, tokenizer: Any, ma
     if loss_mask == "completion":  # no assistant turn: no completion, nothing supervised
         prompt_end = len(render(messages[:last], True)) if last is not None else len(full)
         start = next((k for k, (begin, _) in enumerate(offsets) if begin >= prompt_end), len(ids))
+    return mask_tokens(ids, offsets, [span], special_ids(tokenizer), max_seq_length, ranges=[(start, len(ids))])
+
+
+def _encode_raw_pair(prompt: str, completion: str, loss_mask: str, tokenizer: Any, max_seq_length: int) -> Encoded:
+    """TRL's SFTTrainer on string prompt/completion: ``tokenizer(prompt + completion + EOS)`` (its special tokens
+    included), the completion starting where that and ``tokenizer(prompt)`` diverge; ``all`` supervises every token."""
+    _check_length(max_seq_length)
+    eos = getattr(tokenizer, "eos_token", None) or ""
+    full = prompt + completion + ("" if completion.endswith(eos) else eos)
+    try:
+        encoding = tokenizer(full, return_offsets_mapping=True)
+    except NotImplementedError:
+        _tokenize(full, tokenizer, offsets=True)  # raises the ModelError that says why offsets are needed
+        raise
+    ids, offsets = list(encoding["input_ids"]), [tuple(pair) for pair in encoding["offset_mapping"]]
+    prompt_ids = list(tokenizer(prompt)["input_ids"])
+    start = 0
+    if loss_mask != "all":
+        while start < min(len(ids), len(prompt_ids)) and ids[start] == prompt_ids[start]:
+            start += 1
+    span = TurnSpan(1, len(prompt), len(prompt) + len(completion), len(full), 0)
     return mask_tokens(ids, offsets, [span], special_ids(tokenizer), max_seq_length, ranges=[(start, len(ids))])
 
 

@@ -71,6 +71,8 @@ class Example:
     # Every other top-level field of the row (``source``, ``category``, ...), read-only; not part of the hash.
     fields: Mapping[str, Any] = field(default_factory=Fields, hash=False)
     location: str = "<memory>"
+    # A prompt/completion row of two plain strings (TRL's standard format): TRL trains on them raw, not templated.
+    plain_pair: bool = False
 
     @property
     def content_sha256(self) -> str:
@@ -136,6 +138,7 @@ def make_example(
     format: str = "messages",
     fields: Mapping[str, Any] | None = None,
     location: str = "<memory>",
+    plain_pair: bool = False,
 ) -> Example:
     """Build an Example with its id computed from its position and content (for generators and tests)."""
     if format not in FORMATS:
@@ -148,6 +151,8 @@ def make_example(
         raise ValueError("format 'text' needs text and no messages")
     if format != "text" and text is not None:
         raise ValueError(f"format {format!r} holds messages, not text")
+    if plain_pair and (format != "prompt_completion" or [m.role for m in turns] != ["user", "assistant"]):
+        raise ValueError("plain_pair needs format 'prompt_completion' with one user and one assistant message")
     return Example(
         id=example_id(index, content_sha256(turns, text)),
         index=index,
@@ -156,4 +161,5 @@ def make_example(
         text=text,
         fields=Fields(fields),
         location=location,
+        plain_pair=plain_pair,
     )

@@ -58,6 +58,7 @@ class ParsedRow:
     messages: tuple[Message, ...]
     text: str | None
     fields: dict[str, Any]
+    plain_pair: bool = False  # prompt and completion were two strings, not messages
 
 
 def json_type(value: Any) -> str:
@@ -122,7 +123,8 @@ def parse_row(row: Any) -> ParsedRow:
     known = {key for keys in FORMAT_KEYS.values() for key in keys} - {"system", "history"}
     fields = {key: value for key, value in row.items()
               if key not in consumed and not (key in known and value is None)}
-    return ParsedRow(format=fmt, messages=messages, text=text, fields=fields)
+    plain_pair = fmt == "prompt_completion" and isinstance(row["prompt"], str)
+    return ParsedRow(format=fmt, messages=messages, text=text, fields=fields, plain_pair=plain_pair)
 
 
 def _string(row: Mapping[str, Any], key: str) -> str:

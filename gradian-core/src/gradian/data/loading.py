@@ -113,6 +113,7 @@ def scan_dataset(path: Path | str, *, expected_format: str | None = None, what: 
             text=parsed.text,
             fields=Fields(parsed.fields),
             location=location,
+            plain_pair=parsed.plain_pair,
         ))
     return DatasetScan(source.path, source.sha256, tuple(examples), tuple(problems), len(source.rows))
 

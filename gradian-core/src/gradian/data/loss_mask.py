@@ -13,6 +13,10 @@ Modes (what ``encode(..., loss_mask=...)`` supervises in a conversation; plain t
 
 ``auto`` takes the mode from the run's config (``RunConfig.loss_mask`` and the trainer); without a run, or when the
 run does not say, it is ``assistant``.
+
+``grads.string_pairs`` says how a prompt/completion row of two plain strings is rendered: ``template`` (a user and an
+assistant turn through the chat template, as ``gradian train`` trains them) or ``raw`` (prompt + completion + EOS with
+no template, as TRL's SFTTrainer does); ``auto`` is ``raw`` for a TRL or unsloth run, else ``template``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 LOSS_MASKS: tuple[str, ...] = ("assistant", "completion", "all")
+PAIR_RENDERINGS: tuple[str, ...] = ("template", "raw")
 SETTINGS: tuple[str, ...] = ("auto", *LOSS_MASKS)
 DEFAULT_LOSS_MASK = "assistant"
 # TRL decides per dataset: completion_only_loss (None by default) masks the prompt of prompt/completion rows only.
@@ -72,3 +77,24 @@ def concrete_loss_mask(grads: Any) -> str:
     """grads.loss_mask as encode() takes it: ``auto`` left unresolved (no run to follow) is the default mask."""
     mode = getattr(grads, "loss_mask", "assistant")
     return "assistant" if mode == "auto" else mode
+
+
+def resolve_pair_rendering(setting: str, run_config: Any = None) -> tuple[str, str]:
+    """The concrete ``grads.string_pairs`` and why (``auto`` follows ``run_config``; None when there is no run)."""
+    if setting != "auto":
+        return setting, f"grads.string_pairs is {setting}"
+    framework = getattr(run_config, "framework", None)
+    if framework in TRL_FRAMEWORKS:
+        return "raw", f"{framework} tokenizes string prompt/completion rows as prompt + completion + EOS, no template"
+    return "template", "string prompt/completion rows go through the chat template (gradian train's rendering)"
+
+
+def concrete_encoding(grads: Any) -> dict[str, str]:
+    """encode()'s ``loss_mask`` and ``pairs`` from a grads section, ``auto`` left unresolved taken as the default."""
+    return {"loss_mask": concrete_loss_mask(grads), "pairs": concrete_pair_rendering(grads)}
+
+
+def concrete_pair_rendering(grads: Any) -> str:
+    """grads.string_pairs as encode() takes it: ``auto`` left unresolved (no run to follow) is ``template``."""
+    mode = getattr(grads, "string_pairs", "template")
+    return "template" if mode == "auto" else mode

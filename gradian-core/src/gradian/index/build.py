@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from gradian.atomic_files import write_with
-from gradian.data.loss_mask import concrete_loss_mask
+from gradian.data.loss_mask import concrete_encoding, concrete_loss_mask
 from gradian.errors import DatasetError, GradientIndexError
 from gradian.index.directory import (
     BUILD_STATE,
@@ -67,8 +67,7 @@ def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, o
     storage_numpy_dtype(config.grads.storage_dtype)
     capture = GradientCapture.from_config(loaded_model, config.grads)
     tokenizer = loaded_model.tokenizer
-    metas, ids_sha, encoded_sha = encode_pass(examples, tokenizer, config.grads.max_seq_length,
-                                              concrete_loss_mask(config.grads))
+    metas, ids_sha, encoded_sha = encode_pass(examples, tokenizer, config.grads)
     refuse_unsupervised(metas, dataset, config.grads)
     plan = make_plan(loaded_model, capture, config, examples, ids_sha, encoded_sha, out, codec, dataset)
     estimate = estimate_index(loaded_model.model, plan.dim, plan.storage_dtype, capture.projection is not None,
@@ -98,8 +97,8 @@ def refuse_unsupervised(metas: Sequence[ExampleMeta], dataset: Any, grads: Any) 
 
 
 def follow_training_run(config: Any, loaded_model: Any, examples: Sequence[Any], run: Any = None) -> Any:
-    """``config`` with grads.loss_mask ``auto`` made concrete from ``run`` or the run the adapter sits in."""
-    if config.grads.loss_mask != "auto":
+    """``config`` with grads.loss_mask and string_pairs ``auto`` made concrete from ``run`` or the adapter's run."""
+    if "auto" not in (config.grads.loss_mask, config.grads.string_pairs):
         return config
     from gradian.runs.training_format import read_run_of_adapter, with_loss_mask
 
@@ -167,7 +166,7 @@ def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: lis
     computed = 0
     for number in todo:
         rows = plan.shard_rows(number)
-        encoded = [encode(examples[i], tokenizer, grads.max_seq_length, concrete_loss_mask(grads)) for i in rows]
+        encoded = [encode(examples[i], tokenizer, grads.max_seq_length, **concrete_encoding(grads)) for i in rows]
         stored, stats = compute_shard(plan, number, capture, encoded, [examples[i].id for i in rows],
                                       grads.batch_size, pad_id, advance)
         write_shard(plan, number, stored, stats)
@@ -190,7 +189,7 @@ def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], token
     if say is not None:
         say(f"measuring gradient scales on {len(positions)} rows before sketching")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    encoded = sorted((encode(examples[i], tokenizer, grads.max_seq_length, concrete_loss_mask(grads))
+    encoded = sorted((encode(examples[i], tokenizer, grads.max_seq_length, **concrete_encoding(grads))
                       for i in positions),
                      key=lambda e: len(e.input_ids))
     moments = MomentAccumulator(capture.exact_shapes())

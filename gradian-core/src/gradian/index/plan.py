@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gradian.data.loss_mask import concrete_loss_mask
+from gradian.data.loss_mask import concrete_encoding, concrete_loss_mask
 from gradian.grads.whitening import whitening_spec
 from gradian.index.manifest import FORMAT_VERSION, ID_LIBRARIES, BlockInfo, compute_index_id, library_versions
 from gradian.index.stats import StatBlock, plan_stat_blocks
@@ -83,15 +83,14 @@ def default_index_dir(index_id: str) -> Path:
     return cache_dir() / "indexes" / index_id
 
 
-def encode_pass(examples: Sequence[Any], tokenizer: Any, max_seq_length: int,
-                loss_mask: str = "assistant") -> tuple[list[ExampleMeta], str, str]:
+def encode_pass(examples: Sequence[Any], tokenizer: Any, grads: Any) -> tuple[list[ExampleMeta], str, str]:
     """Encode every example once: per-example facts, the hash of ids in order, and the hash of the encodings."""
     from gradian.data import encode
 
     ids_digest, encoded_digest = hashlib.sha256(), hashlib.sha256()
     metas = []
     for example in examples:
-        encoded = encode(example, tokenizer, max_seq_length, loss_mask)
+        encoded = encode(example, tokenizer, grads.max_seq_length, **concrete_encoding(grads))
         content = getattr(example, "content_sha256", "")
         ids_digest.update(f"{example.id} {content}\n".encode())
         for values in (encoded.input_ids, encoded.labels):
@@ -168,6 +167,7 @@ def make_plan(loaded: Any, capture: Any, config: Any, examples: Sequence[Any], i
         "batch_size": grads.batch_size,
         "shard_size": grads.shard_size,
         "loss_mask": loss_mask,
+        "string_pairs": concrete_encoding(grads)["pairs"],
         "tokenizer": getattr(loaded.tokenizer_choice, "description", None),
     }
     out_dir = Path(out).expanduser() if out is not None else default_index_dir(index_id)

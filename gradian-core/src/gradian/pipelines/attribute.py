@@ -225,7 +225,6 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
     The build would replace it: an index the user pointed at on purpose, possibly for another adapter and expensive
     to rebuild, is refused instead of overwritten.
     """
-    from gradian.data.loss_mask import concrete_loss_mask
     from gradian.grads.capture import GradientCapture
     from gradian.index.build import encode_pass, make_plan
     from gradian.index.manifest import MANIFEST_NAME, read_manifest
@@ -239,8 +238,7 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
     except GradientIndexError:  # damaged or another format version: build_index replaces or refuses it
         return
     capture = GradientCapture.from_config(loaded, config.grads)
-    _, ids_sha, encoded_sha = encode_pass(examples, loaded.tokenizer, config.grads.max_seq_length,
-                                          concrete_loss_mask(config.grads))
+    _, ids_sha, encoded_sha = encode_pass(examples, loaded.tokenizer, config.grads)
     plan = make_plan(loaded, capture, config, examples, ids_sha, encoded_sha, directory,
                      get_codec(config.grads.codec), examples)
     if plan.index_id == manifest.index_id:
@@ -256,11 +254,11 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
 
 
 def _follow_run(config: GradianConfig, loaded: Any, examples: Sequence[Any], run: str | Path | None) -> GradianConfig:
-    """grads.loss_mask ``auto`` made concrete from --run, else from the run the adapter sits in."""
+    """grads.loss_mask and string_pairs ``auto`` made concrete from --run, else from the run the adapter sits in."""
     from gradian.index.build import follow_training_run
 
     artifact = None
-    if run is not None and config.grads.loss_mask == "auto":
+    if run is not None and "auto" in (config.grads.loss_mask, config.grads.string_pairs):
         from gradian.runs import read_run
 
         artifact = read_run(Path(run))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradian.data.loss_mask import LossMaskChoice, resolve_loss_mask
+from gradian.data.loss_mask import LossMaskChoice, resolve_loss_mask, resolve_pair_rendering
 from gradian.errors import RunDirError
 
 logger = logging.getLogger(__name__)
@@ -88,11 +88,12 @@ def loss_mask_for(setting: str, run: Any, examples: Sequence[Any]) -> LossMaskCh
 
 
 def with_loss_mask(config: Any, run: Any, examples: Sequence[Any]) -> tuple[Any, LossMaskChoice]:
-    """``config`` with ``grads.loss_mask`` made concrete, and the choice (unchanged when already concrete)."""
+    """``config`` with ``grads.loss_mask`` and ``grads.string_pairs`` made concrete from ``run``, and the mask choice."""
     import dataclasses
 
     choice = loss_mask_for(config.grads.loss_mask, run, examples)
-    return config.replace(grads=dataclasses.replace(config.grads, loss_mask=choice.mode)), choice
+    pairs, _ = resolve_pair_rendering(config.grads.string_pairs, run.config if run is not None else None)
+    return config.replace(grads=dataclasses.replace(config.grads, loss_mask=choice.mode, string_pairs=pairs)), choice
 
 
 def checkpoint_dirs(run_dir: Path | None) -> list[Path]:

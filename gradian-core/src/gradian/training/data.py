@@ -119,18 +119,19 @@ def _renumbered(examples: Sequence[Any], offset: int) -> list[Any]:
 def encode_training_set(job: TrainJob, tokenizer: Any) -> EncodedSet:
     """Load, filter and encode the job's examples with gradian's own encode() at train.max_seq_length.
 
-    The loss mask is ``grads.loss_mask`` made concrete (``auto`` without a run: assistant turns), so verify's and
-    inject's retraining, whose config comes from the report, train on the mask the attributed run trained on.
+    The loss mask and string-pair rendering are ``grads.loss_mask`` / ``string_pairs`` made concrete (``auto`` without
+    a run: assistant turns, template), so verify's and inject's retraining, whose config comes from the report, train
+    on the tokens the attributed run trained on.
     """
     from gradian.data import encode
-    from gradian.data.loss_mask import concrete_loss_mask
+    from gradian.data.loss_mask import concrete_encoding
 
     examples, dropped = training_examples(job)
     max_len = job.config.train.max_seq_length
-    loss_mask = concrete_loss_mask(job.config.grads)
+    encoding = concrete_encoding(job.config.grads)
     encoded, unsupervised = [], []
     for example in examples:
-        result = encode(example, tokenizer, max_len, loss_mask)
+        result = encode(example, tokenizer, max_len, **encoding)
         item = EncodedExample(example.id, _ints(result.input_ids), _ints(result.labels))
         if len(item.input_ids) != len(item.labels):
             raise TrainingError(f"{example.id}: encode() returned {len(item.input_ids)} ids and {len(item.labels)} labels")
