@@ -206,19 +206,6 @@ def test_lora_weights_of_another_dtype_are_made_float32(chatml_tokenizer):
     assert {p.dtype for p in hookable_lora_parameters(model, "default")} == {torch.float32}
 
 
-def test_a_training_run_in_another_dtype_is_not_reused():
-    from gradian.checking.retrain import train_key
-    from gradian.config import GradianConfig
-
-    def key(placement):
-        return train_key(base_model="tiny", dataset_sha256="0" * 64, drop_ids=(), config=GradianConfig(), backend="hf",
-                         placement=placement)
-
-    assert key(Placement("cpu", "bfloat16")) != key(Placement("cpu", "float32"))
-    assert key(Placement("cuda:0", "float32")) != key(Placement("cpu", "float32"))
-    assert key(Placement("cuda:0", "float32")) == key(Placement("cuda:1", "float32"))  # the GPU's number is not kept
-
-
 # --- on a CUDA GPU ----------------------------------------------------------------------------------
 
 

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from gradian.checking.retrain import MARKER, train_model
+from gradian.checking.retrain import train_model
 from gradian.config import load_config
 from gradian.data import load_dataset
+from gradian.training.reuse import KEY_FILE
 from tests.trainer_hf.chat_data import QUICK, write_chat_dataset
 
 
@@ -17,7 +18,7 @@ def test_an_identical_model_is_reused_and_a_changed_one_retrained(tiny_base_dir,
     dataset = write_chat_dataset(tmp_path / "train.jsonl")
     data = load_dataset(dataset)
     config = load_config(None, list(QUICK))
-    kwargs = {"base_model": str(tiny_base_dir), "dataset": dataset, "dataset_sha256": data.sha256, "config": config}
+    kwargs = {"base_model": str(tiny_base_dir), "dataset": dataset, "config": config}
     first = train_model("dropped", tmp_path / "m", drop_ids=data.ids[:2], **kwargs)
     assert not first.reused and first.steps == 3 and first.dropped == 2
     assert (first.adapter_dir / "adapter_model.safetensors").is_file()
@@ -31,7 +32,7 @@ def test_an_identical_model_is_reused_and_a_changed_one_retrained(tiny_base_dir,
     other = train_model("dropped", tmp_path / "m", drop_ids=data.ids[2:4], **kwargs)
     assert not other.reused
     assert (other.adapter_dir / "adapter_model.safetensors").read_bytes() != weights
-    assert json.loads((tmp_path / "m" / MARKER).read_text())["model"]["dropped"] == 2
+    assert json.loads((tmp_path / "m" / KEY_FILE).read_text())["inputs"]["drop_ids"] == sorted(data.ids[2:4])
 
 
 def test_ids_continue_across_extra_datasets_so_a_drop_hits_one_row(tmp_path):

@@ -155,8 +155,8 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None
     say(f"training on {len(combined)} rows ({plan.n_planted} planted as {plan.cluster_field}={plan.label}) "
         f"with {plan.backend}")
     model = train_model("injected", plan.out / MODEL_DIR, base_model=plan.base_model, dataset=combined_path,
-                        dataset_sha256=combined.sha256, config=plan.config, backend=plan.backend,
-                        trust_remote_code=plan.trust_remote_code, placement=plan.placement)
+                        config=plan.config, backend=plan.backend, trust_remote_code=plan.trust_remote_code,
+                        placement=plan.placement)
     say("  " + ("reused the finished model from an earlier run" if model.reused else
                 f"{model.steps} steps in {model.seconds:.1f} s, final loss "
                 + ("n/a" if model.final_loss is None else f"{model.final_loss:.4f}")))

@@ -137,8 +137,8 @@ def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[st
     def train(name: str, drop_ids: Sequence[str]) -> TrainedModel:
         say(f"training {name} ({len(drop_ids)} of {plan.n_examples} examples dropped) with {plan.backend}")
         model = train_model(name, models_dir / name, base_model=plan.base_model, dataset=plan.dataset,
-                            dataset_sha256=plan.dataset_sha256, config=plan.config, drop_ids=drop_ids,
-                            backend=plan.backend, trust_remote_code=plan.trust_remote_code, placement=plan.placement)
+                            config=plan.config, drop_ids=drop_ids, backend=plan.backend,
+                            trust_remote_code=plan.trust_remote_code, placement=plan.placement)
         say(f"  {name}: " + ("reused the finished model from an earlier run" if model.reused else
                              f"{model.steps} steps in {model.seconds:.1f} s, final loss {_loss(model.final_loss)}"))
         return model

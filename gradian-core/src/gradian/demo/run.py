@@ -5,9 +5,9 @@ them: each planted cluster's rank (and, with several, whether each is accused) a
 are planted.
 
 Caching: the scenario is regenerated (milliseconds) and rewritten only when its bytes change; the adapter is
-reused when a key of (base model, training data sha256, train config) matches the one written after the last
-training; the attribution report is reused when a key of (adapter, data, eval set, config) matches; the gradient
-index lives in the work dir and is reused by its own index id. ``fresh`` deletes the work dir first.
+reused when nothing that changes it did (gradian.training.reuse, as verify and inject reuse theirs); the
+attribution report is reused when a key of (adapter, data, eval set, config) matches; the gradient index lives in
+the work dir and is reused by its own index id. ``fresh`` deletes the work dir first.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from gradian.model.placement import Placement, resolve_placement
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 BACKEND = "hf"
-TRAIN_KEY = "demo-train-key.json"
 REPORT_KEY = "demo-report-key.json"
 CONFIG_FILE = "config.yaml"
 
@@ -295,34 +294,25 @@ def _write_key(path: Path, key: dict[str, Any]) -> None:
     temp.replace(path)
 
 
-def training_key(base_model: str, files: ScenarioFiles, config: GradianConfig,
-                 placement: Placement | None = None) -> dict[str, Any]:
-    """What decides the adapter: base model, backend, training data bytes, train config, device type and dtype."""
-    return {"base_model": base_model, "backend": BACKEND, "train_sha256": sha256_file(files.train),
-            "train_config": config.section_hash("train"), "compute": (placement or resolve_placement()).to_dict()}
-
-
 def _train(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
            progress: ProgressFactory | None, echo: Echo, placement: Placement) -> bool:
-    """Train unless a matching adapter is there; True when it was reused."""
-    from gradian.training.output import ADAPTER_DIR, ADAPTER_FILES, RUN_DIR
-
-    key = training_key(base_model, files, config, placement)
-    key_path = paths.train / TRAIN_KEY
-    adapter = paths.train / ADAPTER_DIR
-    if _key_matches(key_path, key) and all((adapter / name).is_file() for name in ADAPTER_FILES) \
-            and (paths.train / RUN_DIR).is_dir():
-        echo(f"train: reusing the adapter in {adapter} (same data and train config)")
-        return True
+    """Train unless an identical earlier run left its adapter (gradian.training.reuse); True when it was reused."""
+    from gradian.records import TrainJob, TrainResult
     from gradian.train import make_job, run_training
+    from gradian.training.reuse import train_or_reuse
 
-    key_path.unlink(missing_ok=True)
+    def train(job: TrainJob, backend: str) -> TrainResult:
+        with trainer_progress(progress("train") if progress is not None else None):
+            return run_training(job, backend, overwrite=True)
+
     job = make_job(base_model, files.train, paths.train, config, device=placement.device, dtype=placement.dtype)
-    with trainer_progress(progress("train") if progress is not None else None):
-        result = run_training(job, BACKEND, overwrite=True)
-    _write_key(key_path, key)
+    trained = train_or_reuse(job, BACKEND, train)
+    result = trained.result
+    if trained.reused:
+        echo(f"train: reusing the adapter in {result.adapter_dir} (same data and train config)")
+        return True
     loss = "n/a" if result.final_loss is None else f"{result.final_loss:.3f}"
-    echo(f"train: {result.steps} steps in {result.seconds:.0f} s, final loss {loss} · {adapter}")
+    echo(f"train: {result.steps} steps in {result.seconds:.0f} s, final loss {loss} · {result.adapter_dir}")
     return False
 
 
