@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Resample indices are drawn in chunks of about this many numbers (the rule gradian.evaluation.paired_bootstrap
-# uses), so a small eval set draws exactly the resamples paired_bootstrap would for the same seed.
-_CHUNK_ELEMENTS = 4_000_000
+from gradian.evaluation.bootstrap import resampled_means
+
 # Below this lost capability (in metric units) the ratio is noise over nothing and is not reported.
 MIN_LOST = 1e-12
 
@@ -72,7 +71,8 @@ def recovery(base: Sequence[float], full: Sequence[float], dropped: Sequence[flo
     if samples < 1 or not 0.0 < confidence < 1.0:
         raise ValueError("recovery needs samples >= 1 and 0 < confidence < 1")
     gained, lost = d - f, b - f
-    gained_means, lost_means = _resampled_means(gained, lost, samples, seed)
+    # The resampler paired_bootstrap uses: the recovered delta's interval is the paired bootstrap of full vs dropped.
+    gained_means, lost_means = resampled_means([gained, lost], samples=samples, seed=seed)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(gained_means, [tail, 1.0 - tail])
     valid = lost_means > MIN_LOST
@@ -103,18 +103,3 @@ def _arrays(*columns: Sequence[float]) -> list[np.ndarray]:
     if arrays[0].ndim != 1 or arrays[0].shape[0] == 0 or any(a.shape != arrays[0].shape for a in arrays):
         raise ValueError("recovery needs one score per eval item for base, full and dropped (same length, >= 1)")
     return arrays
-
-
-def _resampled_means(gained: np.ndarray, lost: np.ndarray, samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Means of both differences over the same resampled items, ``samples`` times."""
-    n = gained.shape[0]
-    rng = np.random.default_rng(seed)
-    gained_means = np.empty(samples, dtype=np.float64)
-    lost_means = np.empty(samples, dtype=np.float64)
-    rows = max(1, _CHUNK_ELEMENTS // n)
-    for start in range(0, samples, rows):
-        stop = min(samples, start + rows)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        gained_means[start:stop] = gained[idx].mean(axis=1)
-        lost_means[start:stop] = lost[idx].mean(axis=1)
-    return gained_means, lost_means

@@ -1,4 +1,4 @@
-"""Paired bootstrap confidence interval of a mean difference, vectorized and seeded."""
+"""Paired bootstrap: resampled means of per-item scores, and the confidence interval of a mean difference."""
 
 from __future__ import annotations
 
@@ -42,14 +42,25 @@ def paired_bootstrap(before: Sequence[float] | np.ndarray, after: Sequence[float
     if samples < 1 or not 0.0 < confidence < 1.0:
         raise ValueError("paired_bootstrap needs samples >= 1 and 0 < confidence < 1")
     diffs = after_arr - before_arr
-    rng = np.random.default_rng(seed)
-    means = np.empty(samples, dtype=np.float64)
-    rows = max(1, _CHUNK_ELEMENTS // n)
-    for start in range(0, samples, rows):
-        stop = min(samples, start + rows)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = diffs[idx].mean(axis=1)
+    (means,) = resampled_means([diffs], samples=samples, seed=seed)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return DeltaInterval(delta=float(diffs.mean()), low=float(low), high=float(high),
                          confidence=float(confidence), samples=int(samples), seed=int(seed))
+
+
+def resampled_means(columns: Sequence[np.ndarray], *, samples: int, seed: int) -> list[np.ndarray]:
+    """Each 1-D column's mean over the same ``samples`` resamplings of its items, drawn with replacement from ``seed``.
+
+    The columns share every resample, so statistics of several of them (a ratio of two means) keep their correlation.
+    """
+    n = columns[0].shape[0]
+    rng = np.random.default_rng(seed)
+    means = [np.empty(samples, dtype=np.float64) for _ in columns]
+    rows = max(1, _CHUNK_ELEMENTS // n)
+    for start in range(0, samples, rows):
+        stop = min(samples, start + rows)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        for column, out in zip(columns, means, strict=True):
+            out[start:stop] = column[idx].mean(axis=1)
+    return means
