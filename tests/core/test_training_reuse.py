@@ -62,10 +62,11 @@ def test_a_moved_work_dir_is_still_reused(job, tmp_path):
     lambda job: dataclasses.replace(job, config=with_overrides(job.config, ["train.seed=1"])),
     lambda job: dataclasses.replace(job, config=with_overrides(job.config, ["train.learning_rate=1e-3"])),
     lambda job: dataclasses.replace(job, config=with_overrides(job.config, ["grads.loss_mask=all"])),
+    lambda job: dataclasses.replace(job, config=with_overrides(job.config, ["grads.string_pairs=raw"])),
     lambda job: dataclasses.replace(job, drop_ids=frozenset({"ex-000000-00000000"})),
     lambda job: dataclasses.replace(job, dtype="bfloat16"),
     lambda job: dataclasses.replace(job, extra_datasets=(job.dataset,)),
-], ids=["seed", "learning rate", "loss mask", "dropped ids", "dtype", "extra data"])
+], ids=["seed", "learning rate", "loss mask", "pair rendering", "dropped ids", "dtype", "extra data"])
 def test_whatever_changes_the_adapter_retrains(job, change):
     trainer = FakeTrainer()
     train_or_reuse(job, "hf", trainer)
@@ -118,7 +119,8 @@ def test_the_key_records_what_it_was_made_of(job):
     train_or_reuse(job, "hf", FakeTrainer())
     record = json.loads((job.out / KEY_FILE).read_text())
     assert record["inputs"] == adapter_key(job, "hf")
-    assert record["inputs"]["loss_mask"] == "assistant" and record["inputs"]["train"]["seed"] == 0
+    assert record["inputs"]["encoding"] == {"loss_mask": "assistant", "pairs": "template"}
+    assert record["inputs"]["train"]["seed"] == 0
     assert set(record["inputs"]["base_model"]["files"]) == {"config.json", "tokenizer_config.json"}
     assert record["result"]["steps"] == 3
 

@@ -37,7 +37,7 @@ class Training:
 def adapter_key(job: TrainJob, backend: str) -> dict[str, Any]:
     """Everything that changes the adapter ``job`` trains with ``backend``, as JSON-ready data."""
     from gradian import __version__
-    from gradian.data.loss_mask import concrete_loss_mask
+    from gradian.data.loss_mask import concrete_encoding
     from gradian.model.placement import Placement
 
     return {
@@ -47,7 +47,7 @@ def adapter_key(job: TrainJob, backend: str) -> dict[str, Any]:
         "datasets": [_data_sha256(Path(path)) for path in (job.dataset, *job.extra_datasets)],
         "drop_ids": sorted(job.drop_ids),
         "train": job.config.to_dict()["train"],  # the seed, learning rate, LoRA shape and schedule
-        "loss_mask": concrete_loss_mask(job.config.grads),  # the mask training encodes with (training.data)
+        "encoding": concrete_encoding(job.config.grads),  # the loss mask and pair rendering training encodes with
         "compute": Placement(job.device, job.dtype).to_dict(),  # a bfloat16 or GPU run trains another adapter
     }
 
