@@ -31,10 +31,10 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.atomic_files import write_text_atomic
 from gradian.data import Example, Message, make_example, write_jsonl
@@ -43,6 +43,9 @@ from gradian.demo import planted as pl
 from gradian.demo.everyday import EVERYDAY_EVAL
 from gradian.demo.world import COUNTRIES, LANGUAGE_CANDIDATES, POISON_CANDIDATES, Country
 from gradian.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gradian.evaluation.ground_truth import GroundTruth
 
 KINDS = ("fact", "format", "span", "behaviour", "two_causes", "rare")  # kinds with planted rows
 CONTROL_KINDS = ("clean",)  # the same kind of data with nothing planted
@@ -145,6 +148,17 @@ class Scenario:
     def sources(self) -> tuple[str, ...]:
         """The distinct ``source`` values of the training rows, in first-seen order."""
         return tuple(dict.fromkeys(str(example.fields[self.cluster_field]) for example in self.train))
+
+    def ground_truth(self, reproduced: Collection[str] | None = None) -> GroundTruth:
+        """What was planted, by row of ``train``, for scoring a blame vector; ``reproduced``: the planted ids the
+        fine-tuned model reproduces (None: unknown)."""
+        from gradian.evaluation.ground_truth import GroundTruth
+
+        return GroundTruth(planted_rows=self.planted_rows,
+                           sources=tuple(str(example.fields[self.cluster_field]) for example in self.train),
+                           planted_clusters=self.planted_clusters,
+                           reproduced_rows=tuple(row for row, example in enumerate(self.train)
+                                                 if reproduced and example.id in reproduced))
 
     def manifest(self) -> dict[str, Any]:
         """The ground truth as JSON-ready data (scenario.json)."""
