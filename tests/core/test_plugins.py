@@ -180,7 +180,8 @@ def test_every_hookspec_example_registers_a_record_that_gradian_collects(hook_na
     module.__dict__.update(gradian=gradian, **{cls.__name__: cls for cls, _ in RECORD_HOOKS.values()},
                            read_my_loop=lambda path: None, check_lr=lambda ctx: (),
                            write_npy=lambda path, array: None, open_npy_memmap=lambda path: None)
-    exec(compile(example, f"<{hook_name} example>", "exec"), module.__dict__)
+    # dont_inherit: the example runs as plugin code would, not under this file's `from __future__ import annotations`
+    exec(compile(example, f"<{hook_name} example>", "exec", dont_inherit=True), module.__dict__)
     plugins = load_plugins(autoload=False)
     before = set(plugins.collect(hook_name, *RECORD_HOOKS[hook_name]))
     plugins.register(module, "example", "example-dist")

@@ -35,7 +35,7 @@ def is_lora(cfg: Any) -> bool:
 )
 def lr_too_high_for_lora(ctx: Any) -> Iterator[Hit]:
     """A LoRA learning rate past the warning / error thresholds."""
-    cfg, t = ctx.run.config, ctx.thresholds
+    cfg, t = ctx.run.config, ctx.config.diagnose
     if cfg.learning_rate is None or not is_lora(cfg) or cfg.learning_rate <= t.lr_warn:
         return
     severity = "error" if cfg.learning_rate >= t.lr_error else None
@@ -53,7 +53,7 @@ def lr_too_high_for_lora(ctx: Any) -> Iterator[Hit]:
 def lr_too_low_for_lora(ctx: Any) -> Iterator[Hit]:
     """A LoRA learning rate copied from a full fine-tune recipe."""
     cfg = ctx.run.config
-    if cfg.learning_rate is not None and is_lora(cfg) and cfg.learning_rate <= ctx.thresholds.lr_low:
+    if cfg.learning_rate is not None and is_lora(cfg) and cfg.learning_rate <= ctx.config.diagnose.lr_low:
         yield Hit(f"learning rate {cfg.learning_rate:g} is a full fine-tune rate; LoRA barely moves at it",
                   (config_evidence(ctx, "learning_rate", f"learning_rate = {cfg.learning_rate:g}", learning_rate=cfg.learning_rate),))
 
@@ -95,7 +95,7 @@ def attention_only_targets(ctx: Any) -> Iterator[Hit]:
 )
 def alpha_rank_extreme(ctx: Any) -> Iterator[Hit]:
     """An alpha/r scale far from the usual 1-2."""
-    cfg, t = ctx.run.config, ctx.thresholds
+    cfg, t = ctx.run.config, ctx.config.diagnose
     if not cfg.lora_r or cfg.lora_alpha is None:
         return
     scale = cfg.lora_alpha / (math.sqrt(cfg.lora_r) if cfg.use_rslora else cfg.lora_r)
@@ -129,7 +129,7 @@ def planned_epochs(ctx: Any) -> tuple[float | None, str]:
 )
 def too_many_epochs(ctx: Any) -> Iterator[Hit]:
     """Too many passes over the data for its size."""
-    t = ctx.thresholds
+    t = ctx.config.diagnose
     epochs, how = planned_epochs(ctx)
     if epochs is None or epochs <= t.epochs_warn + 1e-9:
         return
@@ -174,7 +174,7 @@ def warmup_dominates(ctx: Any) -> Iterator[Hit]:
     if not total:
         return
     warmup = cfg.warmup_steps if cfg.warmup_steps else (cfg.warmup_ratio or 0) * total
-    if warmup / total >= ctx.thresholds.warmup_max_fraction:
+    if warmup / total >= ctx.config.diagnose.warmup_max_fraction:
         field = "warmup_steps" if cfg.warmup_steps else "warmup_ratio"
         yield Hit(f"warmup takes {warmup:g} of {total} steps ({warmup / total:.0%})",
                   (config_evidence(ctx, field, f"{field} = {getattr(cfg, field):g}, total steps {total}",
@@ -254,7 +254,7 @@ def large_effective_batch(ctx: Any) -> Iterator[Hit]:
         return
     accumulation, world = cfg.gradient_accumulation_steps or 1, cfg.world_size or 1
     effective = cfg.per_device_batch_size * accumulation * world
-    if effective > ctx.thresholds.large_batch:
+    if effective > ctx.config.diagnose.large_batch:
         assumed = "" if cfg.world_size else " (world size 1 assumed)"
         yield Hit(f"effective batch {effective} = {cfg.per_device_batch_size} x {accumulation} x {world}{assumed}",
                   (config_evidence(ctx, "per_device_batch_size", f"effective batch {effective}", effective=effective),))
@@ -302,7 +302,7 @@ def max_length_mismatch(ctx: Any) -> Iterator[Hit]:
 
         cut = truncated_examples(ctx, run_length)
         share = len(cut) / max(len(ctx.examples), 1)
-        if share > ctx.thresholds.max_length_truncated_fraction:
+        if share > ctx.config.diagnose.max_length_truncated_fraction:
             yield Hit(f"the run's max length {run_length} truncates {len(cut)} rows ({share:.1%}) of the dataset",
                       (config_evidence(ctx, "max_length", f"max length {run_length}", truncated=len(cut)),),
                       fix="raise the run's max length (and grads.max_seq_length with it), or shorten the long rows")

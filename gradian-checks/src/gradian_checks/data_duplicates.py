@@ -55,7 +55,7 @@ def signatures(ctx: Any, key: str, word_lists: list[list[str]]) -> list[Any]:
     def compute() -> list[Any]:
         from datasketch import LeanMinHash, MinHash
 
-        n, num_perm = ctx.thresholds.near_duplicate_ngram, ctx.thresholds.near_duplicate_num_perm
+        n, num_perm = ctx.config.diagnose.near_duplicate_ngram, ctx.config.diagnose.near_duplicate_num_perm
         # crc32: a fast, process-independent base hash (datasketch permutes it num_perm ways), so the same
         # data gives the same signatures in every run.
         hashes = MinHash.bulk((shingles(words, n) for words in word_lists), num_perm=num_perm, seed=_MINHASH_SEED,
@@ -80,7 +80,7 @@ def train_lsh(ctx: Any) -> Any:
     def compute() -> Any:
         from datasketch import MinHashLSH
 
-        lsh = MinHashLSH(threshold=ctx.thresholds.near_duplicate_threshold, num_perm=ctx.thresholds.near_duplicate_num_perm)
+        lsh = MinHashLSH(threshold=ctx.config.diagnose.near_duplicate_threshold, num_perm=ctx.config.diagnose.near_duplicate_num_perm)
         with lsh.insertion_session() as session:
             for position, signature in enumerate(train_signatures(ctx)):
                 session.insert(position, signature, check_duplication=False)
@@ -105,7 +105,7 @@ def exact_duplicates(ctx: Any) -> Iterator[Hit]:
         return
     extra = sum(len(group) - 1 for group in repeated)
     share = extra / max(len(ctx.examples), 1)
-    severity = "error" if share > ctx.thresholds.exact_duplicate_error_fraction else None
+    severity = "error" if share > ctx.config.diagnose.exact_duplicate_error_fraction else None
     evidence = tuple(group_evidence(group, f"{len(group)} copies, rows {', '.join(e.location.rsplit(':', 1)[-1] for e in group[:8])}"
                                     + (" …" if len(group) > 8 else ""), copies=len(group)) for group in repeated)
     yield Hit(f"{count(extra, 'row')} ({share:.1%}) duplicating another row exactly, in {count(len(repeated), 'group')}", evidence, severity)
@@ -113,7 +113,7 @@ def exact_duplicates(ctx: Any) -> Iterator[Hit]:
 
 def _near_groups(ctx: Any) -> list[list[tuple[int, float]]]:
     """Clusters of near-duplicate training examples (position, jaccard to the cluster's first)."""
-    threshold = ctx.thresholds.near_duplicate_threshold
+    threshold = ctx.config.diagnose.near_duplicate_threshold
     signatures_ = train_signatures(ctx)
     lsh = train_lsh(ctx)
     keys = train_keys(ctx)
@@ -163,7 +163,7 @@ def near_duplicates(ctx: Any) -> Iterator[Hit]:
         for group in groups)
     total = sum(len(g) for g in groups)
     yield Hit(f"{count(total, 'example')} in {count(len(groups), 'near-duplicate group')} "
-              f"(MinHash Jaccard ≥ {ctx.thresholds.near_duplicate_threshold})", evidence)
+              f"(MinHash Jaccard ≥ {ctx.config.diagnose.near_duplicate_threshold})", evidence)
 
 
 @family.check(
@@ -229,7 +229,7 @@ def shared_answer_ngrams(examples: Sequence[Any], eval_items: Sequence[Any], n: 
 def train_eval_overlap(ctx: Any) -> Iterator[Hit]:
     """Eval items contaminated by training rows (exact prompt, near-duplicate, or a shared answer n-gram)."""
     examples = ctx.examples
-    n = ctx.thresholds.overlap_ngram
+    n = ctx.config.diagnose.overlap_ngram
     by_key = dict(zip(train_keys(ctx), examples, strict=True))
     by_prompt = {prompt_key(e): e for e in examples if e.text is None and e.prompt_messages}
     eval_items = list(ctx.eval_dataset.examples)
@@ -244,7 +244,7 @@ def train_eval_overlap(ctx: Any) -> Iterator[Hit]:
             match, how = by_prompt.get(prompt_key(item)), "same prompt as"
         if match is None:
             near = [(signature.jaccard(train_signatures_[p]), -p) for p in lsh.query(signature)]
-            near = [(j, p) for j, p in near if j >= ctx.thresholds.near_duplicate_threshold]
+            near = [(j, p) for j, p in near if j >= ctx.config.diagnose.near_duplicate_threshold]
             if near:
                 jaccard, negative = max(near)  # the closest, the earliest row on ties
                 match, how = examples[-negative], f"near-duplicate (Jaccard {jaccard:.2f}) of"

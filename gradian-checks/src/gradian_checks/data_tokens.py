@@ -82,7 +82,7 @@ def truncated_answers(ctx: Any) -> Iterator[Hit]:
     if not cut:
         return
     share = len(cut) / max(len(ctx.examples), 1)
-    severity = "error" if share > ctx.thresholds.truncated_error_fraction else None
+    severity = "error" if share > ctx.config.diagnose.truncated_error_fraction else None
     evidence = tuple(example_evidence(e, f"{s.length} tokens; {s.supervised - s.supervised_kept} of {s.supervised} "
                                          f"supervised tokens past {max_length}",
                                       length=s.length, lost=s.supervised - s.supervised_kept) for e, s in cut)
@@ -217,7 +217,7 @@ def answer_lengths(ctx: Any) -> list[int | None]:
 )
 def length_outliers(ctx: Any) -> Iterator[Hit]:
     """Very short answers, very long answers, and prompts that take most of the max length."""
-    t = ctx.thresholds
+    t = ctx.config.diagnose
     lengths = answer_lengths(ctx)
     known = [n for n in lengths if n is not None]
     if not known:

@@ -54,10 +54,10 @@ def loss_collapse_zero(ctx: Any) -> Iterator[Hit]:
         if point.loss == 0.0:
             current.append(point)
             continue
-        if len(current) >= ctx.thresholds.loss_zero_consecutive:
+        if len(current) >= ctx.config.diagnose.loss_zero_consecutive:
             runs.append(current)
         current = []
-    if len(current) >= ctx.thresholds.loss_zero_consecutive:
+    if len(current) >= ctx.config.diagnose.loss_zero_consecutive:
         runs.append(current)
     if runs:
         evidence = tuple(Evidence(f"loss 0.0 from step {r[0].step} to {r[-1].step} ({len(r)} logs)",
@@ -95,8 +95,8 @@ def adapter_untrained(ctx: Any) -> Iterator[Hit]:
         return
     norms = adapter.norms(names)
     largest = max(norms.values())
-    if largest <= ctx.thresholds.adapter_zero_norm:
-        yield Hit(f"all {len(names)} lora_B tensors have norm ≤ {ctx.thresholds.adapter_zero_norm:g} (largest {largest:.3g})",
+    if largest <= ctx.config.diagnose.adapter_zero_norm:
+        yield Hit(f"all {len(names)} lora_B tensors have norm ≤ {ctx.config.diagnose.adapter_zero_norm:g} (largest {largest:.3g})",
                   (Evidence(f"{len(names)} lora_B tensors, largest norm {largest:.3g}", location=adapter.weights.as_posix(),
                             values={"largest_norm": largest}),))
 
@@ -109,7 +109,7 @@ def adapter_untrained(ctx: Any) -> Iterator[Hit]:
 )
 def loss_spike(ctx: Any) -> Iterator[Hit]:
     """Isolated jumps of the loss above its recent median."""
-    t = ctx.thresholds
+    t = ctx.config.diagnose
     points = [p for p in ctx.train_points() if _finite(p.loss)]
     spikes = []
     for index in range(3, len(points)):
@@ -134,7 +134,7 @@ def loss_spike(ctx: Any) -> Iterator[Hit]:
 )
 def grad_norm_explosion(ctx: Any) -> Iterator[Hit]:
     """Gradient norms far above the usual."""
-    t = ctx.thresholds
+    t = ctx.config.diagnose
     points = [p for p in ctx.run.metrics if _finite(p.grad_norm)]
     if not points:
         return
@@ -178,7 +178,7 @@ def eval_loss_rising(ctx: Any) -> Iterator[Hit]:
     """Held-out loss climbing while training loss keeps dropping."""
     evals = [p for p in ctx.eval_points() if _finite(p.eval_loss)]
     train = [p for p in ctx.train_points() if _finite(p.loss)]
-    need = ctx.thresholds.eval_rising_consecutive
+    need = ctx.config.diagnose.eval_rising_consecutive
     if len(evals) < need + 1 or not train:
         return
 
@@ -212,7 +212,7 @@ def eval_loss_rising(ctx: Any) -> Iterator[Hit]:
 )
 def memorization(ctx: Any) -> Iterator[Hit]:
     """A training loss (or token accuracy) only memorization reaches."""
-    t = ctx.thresholds
+    t = ctx.config.diagnose
     points = [p for p in ctx.train_points() if _finite(p.loss)]
     if points:
         tail = points[-max(1, len(points) // 10):]
@@ -253,7 +253,7 @@ def epoch_boundary_drops(ctx: Any) -> Iterator[Hit]:
         if len(after) < width or not before:
             continue
         mean_before, mean_after = statistics.fmean(before), statistics.fmean(after)
-        if mean_before > 0 and (mean_before - mean_after) / mean_before >= ctx.thresholds.epoch_drop_fraction:
+        if mean_before > 0 and (mean_before - mean_after) / mean_before >= ctx.config.diagnose.epoch_drop_fraction:
             evidence.append(point_evidence(ctx, points[index], f"epoch {boundary}: loss {mean_before:.3g} → {mean_after:.3g}",
                                            before=mean_before, after=mean_after))
     if evidence:
@@ -275,10 +275,10 @@ def loss_plateau(ctx: Any) -> Iterator[Hit]:
     quarter = len(points) // 4
     first = statistics.fmean(p.loss for p in points[:quarter])
     last = statistics.fmean(p.loss for p in points[-quarter:])
-    if first <= ctx.thresholds.memorization_loss:
+    if first <= ctx.config.diagnose.memorization_loss:
         return
     improvement = (first - last) / first
-    if improvement < ctx.thresholds.plateau_improvement:
+    if improvement < ctx.config.diagnose.plateau_improvement:
         change = f"improves only {improvement:.1%}" if improvement >= 0 else f"gets {-improvement:.1%} worse"
         yield Hit(f"loss {change} from the first quarter ({first:.4g}) to the last ({last:.4g})",
                   (point_evidence(ctx, points[0], f"steps {points[0].step}-{points[quarter - 1].step}: mean {first:.4g}"),

@@ -1,4 +1,4 @@
-"""Entry point of gradian-checks: yields the built-in audit check records."""
+"""Entry point of gradian-checks: yields the built-in audit check records and the diagnose config section."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ CHECK_FAMILIES: tuple[str, ...] = (
     "gradian_checks.fidelity:CHECKS",
     "gradian_checks.dynamics:CHECKS",
 )
+# "module:attr" of each config section this distribution owns (its checks read them as config.<name>).
+CONFIG_SECTIONS: tuple[str, ...] = ("gradian_checks.settings:SECTION",)
 
 
 @gradian.hookimpl
@@ -21,3 +23,11 @@ def gradian_audit_checks():
     from gradian.records import load_object
 
     return [check for target in CHECK_FAMILIES for check in load_object(target)]
+
+
+@gradian.hookimpl
+def gradian_config_sections():
+    """The diagnose section: the thresholds the built-in checks read."""
+    from gradian.records import load_object
+
+    return [load_object(target) for target in CONFIG_SECTIONS]

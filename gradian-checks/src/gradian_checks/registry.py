@@ -24,8 +24,17 @@ CheckFunction = Callable[[Any], Iterable[Hit]]
 
 
 def _run(function: CheckFunction, check_id: str, severity: Severity, fix: str, ctx: Any) -> Iterator[Finding]:
+    limit = ctx.config.diagnose.max_evidence
     for hit in function(ctx) or ():
-        yield Finding(check_id, hit.severity or severity, hit.message, hit.fix or fix, tuple(hit.evidence))
+        yield Finding(check_id, hit.severity or severity, hit.message, hit.fix or fix, capped(tuple(hit.evidence), limit))
+
+
+def capped(evidence: tuple[Evidence, ...], limit: int) -> tuple[Evidence, ...]:
+    """At most ``limit`` items, then one that counts the rest: a check may point at every row of a large dataset."""
+    if len(evidence) <= limit:
+        return evidence
+    rest = len(evidence) - limit
+    return evidence[:limit] + (Evidence(text=f"... and {rest} more", values={"omitted": rest}),)
 
 
 class CheckFamily:

@@ -1,4 +1,4 @@
-"""GradianConfig: the sections grads / evaluation / attribution / train / diagnose, from YAML and --set."""
+"""GradianConfig from YAML and --set: the core's sections grads / evaluation / attribution / train, and the plugins'."""
 
 from __future__ import annotations
 
@@ -8,23 +8,28 @@ import json
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradian.errors import ConfigError
+from gradian.errors import ConfigError, PluginError
+from gradian.records import ConfigSection
 from gradian.user_files import load_yaml
 
 ALL_LORA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def _opt(default: Any, help: str, *, choices: tuple[Any, ...] | None = None, min: float | None = None,
-         max: float | None = None, exclusive_min: bool = False, words: tuple[str, ...] = ()) -> Any:
+def option(default: Any, help: str, *, choices: tuple[Any, ...] | None = None, min: float | None = None,
+           max: float | None = None, exclusive_min: bool = False, words: tuple[str, ...] = ()) -> Any:
     """A config field with its help text and the values it allows (``words``: strings a number field also takes)."""
     meta = {"help": help, "choices": choices, "min": min, "max": max, "exclusive_min": exclusive_min, "words": words}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+_opt = option  # the short name the core's own sections below are written with
 
 
 @dataclass(frozen=True)
@@ -125,70 +130,88 @@ class TrainConfig:
     seed: int = _opt(0, "training seed", min=0)
 
 
-@dataclass(frozen=True)
-class DiagnoseConfig:
-    """Thresholds of the audit checks (see docs/checks.md)."""
-
-    near_duplicate_threshold: float = _opt(0.85, "MinHash Jaccard at which two examples are near-duplicates", min=0.0, max=1.0)
-    lr_warn: float = _opt(5e-4, "LoRA learning rate that warns", min=0.0)
-    lr_error: float = _opt(1e-3, "LoRA learning rate that errors", min=0.0)
-    lr_low: float = _opt(2e-5, "LoRA learning rate at or below which the run is too slow", min=0.0)
-    near_duplicate_num_perm: int = _opt(128, "MinHash permutations for near-duplicate detection", min=16)
-    near_duplicate_ngram: int = _opt(5, "word n-gram size of the MinHash shingles", min=1)
-    exact_duplicate_error_fraction: float = _opt(0.05, "share of duplicated rows at which exact_duplicates is an error", min=0.0, max=1.0)
-    overlap_ngram: int = _opt(12, "word n-gram an eval answer may not share with a training answer", min=1)
-    truncated_error_fraction: float = _opt(0.10, "share of truncated rows at which truncated_answers is an error", min=0.0, max=1.0)
-    short_answer_tokens: int = _opt(3, "answers under this many tokens are length outliers", min=0)
-    long_answer_factor: float = _opt(20.0, "answers over this many times the median length are outliers", min=1.0)
-    prompt_share: float = _opt(0.9, "share of an example's tokens taken by the prompt that counts as dominating", min=0.0, max=1.0)
-    alpha_rank_max: float = _opt(4.0, "LoRA scale (alpha/r, alpha/sqrt(r) with rsLoRA) above which it is extreme", min=0.0)
-    alpha_rank_min: float = _opt(0.25, "LoRA scale below which it is extreme", min=0.0)
-    epochs_warn: float = _opt(3.0, "epochs above which too_many_epochs warns", min=0.0)
-    epochs_error: float = _opt(5.0, "epochs at or above which too_many_epochs errors on a small dataset", min=0.0)
-    epochs_error_max_rows: int = _opt(1000, "datasets under this many rows count as small", min=1)
-    warmup_max_fraction: float = _opt(0.3, "share of total steps at or above which warmup dominates", min=0.0, max=1.0)
-    large_batch: int = _opt(32, "effective batch (per device x accumulation x world) above which LoRA batches are large", min=1)
-    max_length_truncated_fraction: float = _opt(0.05, "share of rows truncated by the run's max length that is a mismatch", min=0.0, max=1.0)
-    loss_zero_consecutive: int = _opt(2, "consecutive logs of loss 0.0 that count as collapse", min=1)
-    loss_spike_factor: float = _opt(2.0, "loss above this many times the rolling median is a spike", min=1.0)
-    loss_spike_window: int = _opt(20, "logs in the rolling median of loss_spike", min=3)
-    loss_spike_max_fraction: float = _opt(0.2, "share of spiking logs above which it is oscillation, not spikes", min=0.0, max=1.0)
-    grad_norm_max: float = _opt(100.0, "grad_norm above which it explodes", min=0.0)
-    grad_norm_median_factor: float = _opt(10.0, "grad_norm above this many times its median explodes", min=1.0)
-    eval_rising_consecutive: int = _opt(2, "consecutive eval_loss rises (train loss falling) that warn", min=1)
-    memorization_loss: float = _opt(0.1, "train loss below which the run memorizes", min=0.0)
-    memorization_accuracy: float = _opt(0.99, "mean token accuracy at or above which the run memorizes", min=0.0, max=1.0)
-    epoch_drop_fraction: float = _opt(0.3, "relative loss drop across an epoch boundary that is sharp", min=0.0, max=1.0)
-    plateau_improvement: float = _opt(0.05, "relative loss improvement, first to last quarter, below which loss plateaus", min=0.0, max=1.0)
-    adapter_zero_norm: float = _opt(1e-6, "lora_B norm at or below which a tensor is untrained", min=0.0)
-    max_evidence: int = _opt(20, "evidence items kept per finding (the rest are counted)", min=1)
+def _plugin_defaults() -> dict[str, Any]:
+    return {name: section.settings() for name, section in plugin_sections().items()}
 
 
 @dataclass(frozen=True)
 class GradianConfig:
-    """Every setting Gradian reads, in sections."""
+    """Every setting Gradian reads, in sections: the core's typed, each plugin's read as ``config.<name>`` too."""
 
     grads: GradsConfig = field(default_factory=GradsConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
+    # Section name -> settings of every installed plugin's section (defaults unless set), declared through the
+    # gradian_config_sections hook. Left out of the hash: a dict cannot be hashed, and equal configs still hash equal.
+    plugin_sections: Mapping[str, Any] = field(default_factory=_plugin_defaults, hash=False)
+
+    def __getattr__(self, name: str) -> Any:
+        """A plugin's section as an attribute, like the core's own (called only when no attribute has the name)."""
+        found = self.__dict__.get("plugin_sections", {})
+        if name in found:
+            return found[name]
+        raise AttributeError(f"GradianConfig has no section {name!r} (no installed plugin declares it)")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        """Plain nested dict (tuples as lists), for YAML, JSON and manifests."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """Plain nested dict (tuples as lists), the core's sections then the plugins', for YAML, JSON and manifests."""
+        data = {name: dataclasses.asdict(getattr(self, name)) for name in CORE_SECTIONS}
+        data.update((name, dataclasses.asdict(values)) for name, values in self.plugin_sections.items())
+        return json.loads(json.dumps(data))
 
     def section_hash(self, *sections: str) -> str:
         """A stable hash of the named sections, for cache keys."""
         data = {name: self.to_dict()[name] for name in sections}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
-    def replace(self, **sections: Any) -> GradianConfig:
-        """A copy with whole sections replaced."""
-        return dataclasses.replace(self, **sections)
+    def replace(self, **replaced: Any) -> GradianConfig:
+        """A copy with whole sections replaced, the core's or a plugin's."""
+        core = {name: values for name, values in replaced.items() if name in CORE_SECTIONS}
+        plugin = {name: values for name, values in replaced.items() if name not in CORE_SECTIONS}
+        unknown = sorted(set(plugin) - set(self.plugin_sections))
+        if unknown:
+            raise TypeError(f"GradianConfig has no section {unknown[0]!r}")
+        return dataclasses.replace(self, **core, plugin_sections={**self.plugin_sections, **plugin})
 
 
-SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(GradianConfig)}  # type: ignore[misc]
+# The core's own sections; plugins add theirs through the gradian_config_sections hook.
+CORE_SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(GradianConfig)  # type: ignore[misc]
+                                  if f.name != "plugin_sections"}
+SECTIONS_HOOK = "gradian_config_sections"
+
+# Sections of Gradian's own plugin distributions, so that a config naming one without it installed says what to install.
+_SECTION_HOMES = {"diagnose": "gradian-checks"}
+
+
+def plugin_sections() -> dict[str, ConfigSection]:
+    """The config sections installed plugins declare, by name; one that takes a core name is refused."""
+    from gradian.plugins import CORE_DISTRIBUTION, get_plugins
+
+    plugins = get_plugins()
+    declared = plugins.config_sections()
+    for name in declared:
+        if name in CORE_SECTIONS or name == "plugin_sections" or hasattr(GradianConfig, name):
+            owner = plugins.distribution_of(SECTIONS_HOOK, name)
+            raise PluginError(f"{SECTIONS_HOOK}: {name!r} is registered by both {CORE_DISTRIBUTION} and {owner}",
+                              f"uninstall {owner}")
+    return declared
+
+
+def sections() -> dict[str, ConfigSection]:
+    """Every config section by name: the core's own, then those installed plugins declare."""
+    core = {name: ConfigSection(name, (cls.__doc__ or "").strip(), cls) for name, cls in CORE_SECTIONS.items()}
+    return {**core, **plugin_sections()}
+
+
+def section_owner(name: str) -> str:
+    """The distribution that declares a config section."""
+    from gradian.plugins import CORE_DISTRIBUTION, get_plugins
+
+    if name in CORE_SECTIONS:
+        return CORE_DISTRIBUTION
+    plugins = get_plugins()
+    plugins.config_sections()  # collected first: the manager learns each record's distribution when it collects
+    return plugins.distribution_of(SECTIONS_HOOK, name)
 
 
 def allowed_values(f: dataclasses.Field, hint: Any) -> str:
@@ -283,16 +306,24 @@ def _unknown(key: str, known: list[str]) -> ConfigError:
     if key in _REPLACED:
         return ConfigError(f"config key {key} no longer exists", f"use {_REPLACED[key]}")
     section, dot, name = key.partition(".")
-    sections = list(SECTIONS)
-    if section not in SECTIONS:
-        guess = _SECTION_ALIASES.get(section.lower()) or next(iter(difflib.get_close_matches(section, sections, n=1)), None)
+    declared = sections()
+    names = list(declared)
+    if section not in declared:
+        home = _SECTION_HOMES.get(section)
+        if home is not None:
+            return ConfigError(f"config {'key ' + key if dot else 'section ' + section} belongs to {home}, which is not "
+                               "installed or whose plugin did not load",
+                               f"pip install {home}, or remove the {section} settings; `gradian plugins` says why an "
+                               "installed plugin did not load")
+        aliases = {**_SECTION_ALIASES, **{alias: s.name for s in declared.values() for alias in s.aliases}}
+        guess = aliases.get(section.lower()) or next(iter(difflib.get_close_matches(section, names, n=1)), None)
         what = f"config section {section}" if not dot else f"config key {key}: there is no section {section}"
         if guess is None:
-            return ConfigError(f"unknown {what}", "the sections are " + ", ".join(sections))
+            return ConfigError(f"unknown {what}", "the sections are " + ", ".join(names))
         if dot and f"{guess}.{name}" in known:
             return ConfigError(f"unknown {what}", f"did you mean {guess}.{name}?")
         return ConfigError(f"unknown {what}", f"did you mean section {guess}?")
-    names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+    names = [f.name for f in dataclasses.fields(declared[section].settings)]
     close = difflib.get_close_matches(name, names, n=1) or [n for n in names if name and (name in n or n in name)][:1]
     if close:
         return ConfigError(f"unknown config key {key}", f"did you mean {section}.{close[0]}?")
@@ -300,14 +331,14 @@ def _unknown(key: str, known: list[str]) -> ConfigError:
                        + " (gradian config --list shows them with their help)")
 
 
-# Section names people write from other tools' configs.
+# Names people write for the core's sections from other tools' configs (a plugin's section declares its own).
 _SECTION_ALIASES = {"eval": "evaluation", "training": "train", "trainer": "train", "lora": "train", "grad": "grads",
-                    "gradients": "grads", "attribute": "attribution", "diagnostics": "diagnose", "audit": "diagnose"}
+                    "gradients": "grads", "attribute": "attribution"}
 
 
 def known_keys() -> list[str]:
-    """Every dotted config key, in declaration order."""
-    return [f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    """Every dotted config key, the core's then the plugins', in declaration order."""
+    return [f"{name}.{f.name}" for name, section in sections().items() for f in dataclasses.fields(section.settings)]
 
 
 def build_config(data: dict[str, Any] | None) -> GradianConfig:
@@ -315,27 +346,34 @@ def build_config(data: dict[str, Any] | None) -> GradianConfig:
     data = data or {}
     if not isinstance(data, dict):
         raise ConfigError("the config file is not a mapping of sections", "write it as `grads:`, `evaluation:` ... sections")
-    sections = {}
+    declared = sections()
+    built = {}
     for name, values in data.items():
-        if name not in SECTIONS:
+        if name not in declared:
             raise _unknown(str(name), known_keys())
         if values is None:
             continue
         if not isinstance(values, dict):
             raise ConfigError(f"config section {name} is not a mapping", f"write it as `{name}:` followed by indented keys")
-        cls = SECTIONS[name]
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        hints = typing.get_type_hints(cls)
-        kwargs = {}
-        for key, value in values.items():
-            dotted = f"{name}.{key}"
-            if key not in fields:
-                raise _unknown(dotted, known_keys())
-            kwargs[key] = _coerce(dotted, value, fields[key], hints[key])
-        if name == "grads" and kwargs.get("module_filter"):  # a broken regex: refused here, before any model loads
-            compile_module_filter(kwargs["module_filter"])
-        sections[name] = cls(**kwargs)
-    return GradianConfig(**sections)
+        built[name] = _build_section(name, declared[name].settings, values)
+    plugin = {name: built[name] if name in built else section.settings()
+              for name, section in declared.items() if name not in CORE_SECTIONS}
+    return GradianConfig(**{name: built[name] for name in CORE_SECTIONS if name in built}, plugin_sections=plugin)
+
+
+def _build_section(name: str, cls: type, values: dict[Any, Any]) -> Any:
+    """One section's settings from its keys, each checked against its field."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in values.items():
+        dotted = f"{name}.{key}"
+        if key not in fields:
+            raise _unknown(dotted, known_keys())
+        kwargs[key] = _coerce(dotted, value, fields[key], hints[key])
+    if name == "grads" and kwargs.get("module_filter"):  # a broken regex: refused here, before any model loads
+        compile_module_filter(kwargs["module_filter"])
+    return cls(**kwargs)
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -376,9 +414,10 @@ def with_overrides(config: GradianConfig, overrides: list[str] | tuple[str, ...]
 
 def _overridden(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> GradianConfig:
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    declared = sections()
     for text in overrides:
         section, name, value = parse_override(text)
-        if section not in SECTIONS:
+        if section not in declared:
             raise _unknown(f"{section}.{name}", known_keys())
         current = data.get(section)
         data[section] = dict(current) if isinstance(current, dict) else {}

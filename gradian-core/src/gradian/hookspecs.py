@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import pluggy
 
-from gradian.records import AuditCheck, CodecSpec, RunLogReaderSpec, TrainerSpec
+from gradian.records import AuditCheck, CodecSpec, ConfigSection, RunLogReaderSpec, TrainerSpec
 
 PROJECT_NAME = "gradian"
 
@@ -96,4 +96,29 @@ def gradian_storage_codecs() -> Iterable[CodecSpec]:
         def gradian_storage_codecs():
             yield CodecSpec(name="my-npy", summary="memory-mapped .npy", suffix=".npy",
                             write=write_npy, read=open_npy_memmap)
+    """
+
+
+@hookspec
+def gradian_config_sections() -> Iterable[ConfigSection]:
+    """Declare config sections a plugin owns, read by its code as ``config.<name>.<key>``.
+
+    Called when a config is built or listed. Each section's keys are set in YAML and with
+    ``--set name.key=value``, checked against their types and ranges like the core's own, and
+    listed by ``gradian config --list`` with the distribution that declares them. A name taken
+    by the core or by another plugin is refused, naming both distributions.
+
+    Example::
+
+        from dataclasses import dataclass
+
+        from gradian.config import option
+
+        @dataclass(frozen=True)
+        class MyChecksSettings:
+            max_rows: int = option(100_000, "rows above which my_check warns", min=1)
+
+        @gradian.hookimpl
+        def gradian_config_sections():
+            yield ConfigSection(name="my_checks", summary="thresholds of my checks", settings=MyChecksSettings)
     """

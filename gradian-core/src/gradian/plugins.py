@@ -19,7 +19,7 @@ import pluggy
 
 from gradian import hookspecs
 from gradian.errors import PluginError
-from gradian.records import AuditCheck, CodecSpec, PluginInfo, RunLogReaderSpec, TrainerSpec
+from gradian.records import AuditCheck, CodecSpec, ConfigSection, PluginInfo, RunLogReaderSpec, TrainerSpec
 
 ENTRY_POINT_GROUP = "gradian"
 DISABLE_AUTOLOAD_ENV = "GRADIAN_DISABLE_PLUGIN_AUTOLOAD"
@@ -37,6 +37,7 @@ RECORD_HOOKS: dict[str, tuple[type, str]] = {
     "gradian_run_log_readers": (RunLogReaderSpec, "name"),
     "gradian_audit_checks": (AuditCheck, "id"),
     "gradian_storage_codecs": (CodecSpec, "name"),
+    "gradian_config_sections": (ConfigSection, "name"),
 }
 
 
@@ -154,6 +155,10 @@ class PluginSet:
     def storage_codecs(self) -> dict[str, CodecSpec]:
         """Storage codecs by name."""
         return self.collect("gradian_storage_codecs", CodecSpec, "name")
+
+    def config_sections(self) -> dict[str, ConfigSection]:
+        """Config sections plugins declare, by name, in registration order."""
+        return self.collect("gradian_config_sections", ConfigSection, "name")
 
 
 def _new_manager() -> pluggy.PluginManager:

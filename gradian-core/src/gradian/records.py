@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -224,6 +225,30 @@ class CodecSpec:
     suffix: str
     write: Callable[[Path, Any], None]
     read: Callable[[Path], Any]
+
+
+# --- config sections ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigSection:
+    """A config section a plugin owns, read as ``config.<name>``: ``settings`` is its frozen dataclass of fields."""
+
+    name: str
+    summary: str
+    settings: type  # every field made with gradian.config.option: a default, help text and the values it allows
+    aliases: tuple[str, ...] = ()  # names people write for it from other tools; an error points them at ``name``
+
+    def __post_init__(self) -> None:
+        # Checked here, where the plugin builds the record, so a malformed section fails that plugin alone.
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise ValueError(f"config section name {self.name!r} is not a lower-case identifier")
+        if not (isinstance(self.settings, type) and is_dataclass(self.settings)
+                and self.settings.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+            raise TypeError(f"config section {self.name}: settings {self.settings!r} is not a frozen dataclass")
+        for f in fields(self.settings):
+            if "help" not in f.metadata or (f.default is MISSING and f.default_factory is MISSING):
+                raise TypeError(f"config section {self.name}: field {f.name} is not made with gradian.config.option")
 
 
 # --- plugin listing -----------------------------------------------------------------------------

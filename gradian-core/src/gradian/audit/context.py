@@ -92,11 +92,6 @@ class AuditContext:
         return NEED_FLAGS[need]
 
     @property
-    def thresholds(self) -> Any:
-        """The ``diagnose`` config section."""
-        return self.config.diagnose
-
-    @property
     def tokenizer(self) -> Any:
         """The tokenizer the run trained with: saved with the adapter or a checkpoint, else the base's (loaded once)."""
         if self._tokenizer is None:

@@ -12,7 +12,7 @@ from typing import Any
 from gradian.audit.context import NEED_FLAGS, AuditContext
 from gradian.config import GradianConfig
 from gradian.errors import ConfigError, DatasetError, GradianError
-from gradian.records import FAMILIES, SEVERITIES, AuditCheck, Evidence, Finding, Need, RunArtifact
+from gradian.records import FAMILIES, SEVERITIES, AuditCheck, Finding, Need, RunArtifact
 
 FAIL_ON = ("error", "warning", "never")
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
@@ -96,14 +96,6 @@ def resolve_selection(checks: Mapping[str, AuditCheck], select: Sequence[str] = 
     return [check for cid, check in checks.items() if cid in selected]
 
 
-def _capped(finding: Finding, limit: int) -> Finding:
-    if len(finding.evidence) <= limit:
-        return finding
-    rest = len(finding.evidence) - limit
-    more = Evidence(text=f"... and {rest} more", values={"omitted": rest})
-    return Finding(finding.check_id, finding.severity, finding.message, finding.fix, finding.evidence[:limit] + (more,))
-
-
 def _sort_key(checks: Mapping[str, AuditCheck]):
     order = {family: rank for rank, family in enumerate(FAMILIES)}
 
@@ -142,7 +134,7 @@ def run_checks(ctx: AuditContext, checks: Iterable[AuditCheck], inputs: Mapping[
             if finding.severity not in SEVERITIES:
                 failed.append(FailedCheck(check.id, f"finding with unknown severity {finding.severity!r}"))
                 continue
-            findings.append(_capped(finding, ctx.thresholds.max_evidence))
+            findings.append(finding)
     findings.sort(key=_sort_key({c.id: c for c in checks}))
     return DiagnoseReport(
         findings=tuple(findings), ran=tuple(ran), skipped=tuple(skipped), failed=tuple(failed),

@@ -15,10 +15,13 @@ from gradian.user_files import load_yaml
 def layered_config(base: Mapping[str, Any] | None = None, *, train_section: Mapping[str, Any] | None = None,
                    config_path: Path | None = None, overrides: Sequence[str] = ()) -> GradianConfig:
     """``base`` sections, then ``train_section`` as the train section, then the YAML file's keys, then ``--set``."""
-    from gradian.config import build_config, load_config, parse_override
+    from gradian.config import build_config, load_config, parse_override, sections
 
+    # A report written where a plugin not loaded here was installed holds its section: irrelevant to a retrain, so left out
+    # rather than refused. The user's own file and --set still name every section they set.
+    declared = sections()
     data: dict[str, Any] = {name: dict(values) for name, values in copy.deepcopy(dict(base or {})).items()
-                            if isinstance(values, dict)}
+                            if isinstance(values, dict) and name in declared}
     if train_section is not None:
         data["train"] = dict(train_section)
     if config_path is not None:
