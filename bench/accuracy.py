@@ -36,54 +36,17 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gradian.evaluation.ground_truth import GroundTruth
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods, next to this file
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CASE_FILE = "bench-case.json"
-
-
-def average_precision(blame: np.ndarray, planted: np.ndarray) -> float:
-    """Area under the precision-recall curve (average precision) of ranking by blame."""
-    order = np.argsort(-blame, kind="stable")
-    hits = planted[order].astype(np.float64)
-    if hits.sum() == 0:
-        return float("nan")
-    precision = np.cumsum(hits) / np.arange(1, len(hits) + 1)
-    return float((precision * hits).sum() / hits.sum())
-
-
-def ranking_metrics(blame: np.ndarray, planted_rows: list[int], reproduced_rows: list[int] | None,
-                    sources: list[str], planted_cluster: str | Sequence[str] | None) -> dict[str, Any]:
-    """recall@k, AUPRC, first-hit rank, recall over reproduced rows, planted-cluster rank of one blame vector.
-
-    With several planted clusters (two_causes), ``cluster_rank`` is the worst of their ranks: both must stand out.
-    """
-    n = len(blame)
-    order = np.argsort(-blame, kind="stable")
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(1, n + 1)
-    planted = np.zeros(n, dtype=bool)
-    planted[planted_rows] = True
-    k = len(planted_rows)
-    metrics: dict[str, Any] = {
-        "recall_at_k": float(planted[order[:k]].mean()),
-        "auprc": average_precision(blame, planted),
-        "first_hit_rank": int(rank[planted].min()),
-    }
-    if reproduced_rows:
-        kr = len(reproduced_rows)
-        metrics["recall_reproduced"] = float(np.isin(order[:kr], reproduced_rows).mean())
-    clusters = [planted_cluster] if isinstance(planted_cluster, str) else list(planted_cluster or ())
-    if clusters:
-        names = sorted(set(sources))
-        means = {name: float(np.mean([b for b, s in zip(blame, sources, strict=True) if s == name])) for name in names}
-        ranked = sorted(names, key=lambda name: -means[name])
-        metrics["cluster_rank"] = max(ranked.index(cluster) + 1 for cluster in clusters)
-    return metrics
 
 
 def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -129,10 +92,7 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         return case_row
     case = load_case(workdir, args.base_model, config, report)
     reproduced = reproduced_planted_ids(scenario, report)
-    truth = Truth(planted_rows=list(scenario.planted_rows),
-                  reproduced_rows=sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced),
-                  sources=[str(e.fields["source"]) for e in scenario.train],
-                  planted_cluster=scenario.planted_clusters or None)
+    truth = scenario.ground_truth(reproduced)
     case_row["reproduced"] = len(truth.reproduced_rows) if reproduced is not None else None
     methods = {name: method for name, method in {**gradian_methods(), **baseline_methods()}.items()
                if not any(part in name for part in args.skip)}
@@ -185,16 +145,6 @@ EXPLAINED_METHODS = ("gradian: divergent-token, diagonal (default)", "gradian: c
                      "LESS (adam, cosine)", "DataInf", "BM25", "hidden-state cosine")
 
 
-@dataclasses.dataclass(frozen=True)
-class Truth:
-    """What the scenario planted, for scoring a blame vector."""
-
-    planted_rows: list[int]
-    reproduced_rows: list[int]  # planted rows whose wrong answer the fine-tuned model gives
-    sources: list[str]
-    planted_cluster: str | Sequence[str] | None
-
-
 def query_set(case: Any, case_row: dict[str, Any]) -> dict[str, np.ndarray]:
     """The case's query gradients under each signal that its generations allow."""
     from accuracy_methods import query
@@ -209,7 +159,7 @@ def query_set(case: Any, case_row: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def score_methods(case: Any, queries: dict[str, np.ndarray], methods: dict[str, Any],
-                  truth: Truth) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+                  truth: GroundTruth) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Every method's metrics (or its error) and blame vector."""
     results: dict[str, Any] = {}
     blames: dict[str, np.ndarray] = {}
@@ -225,9 +175,8 @@ def score_methods(case: Any, queries: dict[str, np.ndarray], methods: dict[str, 
     return results, blames
 
 
-def _scored(name: str, blame: np.ndarray, truth: Truth, began: float) -> dict[str, Any]:
-    metrics = ranking_metrics(blame, truth.planted_rows, truth.reproduced_rows or None, truth.sources,
-                              truth.planted_cluster)
+def _scored(name: str, blame: np.ndarray, truth: GroundTruth, began: float) -> dict[str, Any]:
+    metrics = truth.score(blame)
     metrics["seconds"] = round(time.perf_counter() - began, 2)
     print(f"  {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                     for k, v in metrics.items()), flush=True)

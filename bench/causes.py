@@ -24,7 +24,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "causes"
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     """The causes of one case and the lead attribution's ranking metrics next to the pooled one's."""
-    from accuracy import ranking_metrics
     from accuracy_methods import load_case, preconditioner, query
     from projection import exact_config
 
@@ -52,13 +51,10 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
                              seed=attribution.seed)
     split = find_causes(collector.matrix(), whole.ids, item_ids, pq @ queries.T, assignment, attribution, whole,
                         clusters)
-    reproduced = reproduced_planted_ids(scenario, report)
-    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced) or None
-    sources = [str(e.fields["source"]) for e in scenario.train]
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
 
     def metrics(blame: Any) -> dict[str, float]:
-        m = ranking_metrics(np.asarray(blame), list(scenario.planted_rows), reproduced_rows, sources,
-                            scenario.planted_cluster)
+        m = truth.score(np.asarray(blame))
         return {"recall_at_k": m["recall_at_k"], "auprc": m["auprc"]}
 
     row = {"case": workdir.name, "signal": signal, "preconditioner": attribution.preconditioner,

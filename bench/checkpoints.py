@@ -42,7 +42,6 @@ def run_checkpoints(run: Path) -> list[tuple[int, Path, float]]:
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     """Each checkpoint's per-item blame, then recall@k / AUPRC of the ensembles of the last 1..k checkpoints."""
-    from accuracy import ranking_metrics
     from accuracy_methods import load_case, preconditioner, query
 
     from gradian.attribution.checkpoint_ensemble import plan_ensemble
@@ -79,17 +78,14 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
                       "index_bytes": index.disk_bytes(), "reused": index.reused})
         print(f"  {workdir.name} checkpoint-{step}: lr {rate:.3g}, index {seconds:.0f} s", flush=True)
         del loaded, case, index
-    reproduced = reproduced_planted_ids(scenario, report)
-    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced) or None
-    sources = [str(e.fields["source"]) for e in scenario.train]
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     ids = [e.id for e in final.examples]
     columns = list(range(len(item_ids)))
 
     def measured(weights: list[float], chosen: list[int]) -> dict[str, float]:
         matrix = sum(w * blames[c] for w, c in zip(weights, chosen, strict=True))
         blame = rescore_items(matrix, ids, item_ids, columns, aggregation=attribution.aggregation).blame
-        m = ranking_metrics(np.asarray(blame), list(scenario.planted_rows), reproduced_rows, sources,
-                            scenario.planted_cluster)
+        m = truth.score(np.asarray(blame))
         return {"recall_at_k": m["recall_at_k"], "auprc": m["auprc"]}
 
     ensembles = {}

@@ -36,7 +36,6 @@ KINDS = ("diagonal", "kronecker")
 
 def score_case(workdir: Path, base_model: str, signal: str, budget: int) -> dict[str, Any]:
     """recall@k and AUPRC of each variant on one case."""
-    from accuracy import ranking_metrics
     from accuracy_methods import load_case, preconditioner, query
     from projection import exact_config, sketcher, spearman, variant_rows
 
@@ -53,9 +52,7 @@ def score_case(workdir: Path, base_model: str, signal: str, budget: int) -> dict
     config = exact_config(scenario)
     case = load_case(workdir, base_model, config, report)
     queries = query(case, signal).astype(np.float32)
-    reproduced = reproduced_planted_ids(scenario, report)
-    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced) or None
-    sources = [str(e.fields["source"]) for e in scenario.train]
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     attribution = config.attribution
 
     out: dict[str, Any] = {"case": workdir.name, "signal": signal, "variants": {}}
@@ -64,7 +61,7 @@ def score_case(workdir: Path, base_model: str, signal: str, budget: int) -> dict
     def measured(name: str, rows: Any, pq: np.ndarray) -> None:
         nonlocal reference
         blame = np.asarray(score_examples(rows, pq, aggregation="mean", top_k=20).blame)
-        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows, sources, scenario.planted_cluster)
+        metrics = truth.score(blame)
         reference = blame if reference is None else reference
         out["variants"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"],
                                  "spearman_vs_exact_diagonal": spearman(blame, reference)}

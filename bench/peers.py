@@ -14,8 +14,8 @@ A peer writes ``blame_<variant>.npy`` (one float per training row, higher = more
 (variants, seconds per stage, notes); a peer that fails writes ``error.txt``. Blame is the negated influence on
 the wanted answer's loss: training on a blamed row raised the loss of what the user wanted. The contrast variant
 is the influence on loss(wanted) - loss(fine-tuned answer) per item (bergson's ``query.contrast``), averaged over
-items. This driver scores each blame vector with bench/accuracy.py's ``ranking_metrics`` and writes
-bench/results/peers.json and .md, failures included.
+items. This driver scores each blame vector as every benchmark does (``gradian.evaluation.ground_truth``)
+and writes bench/results/peers.json and .md, failures included.
 
     .venv/bin/python bench/peers.py --cases /work/bench-cases fact-0 fact-1 format-0 format-1 span-0
     .venv/bin/python bench/peers.py --cases /work/bench-cases fact-0 --fit-rows 64    # factors from 64 rows
@@ -39,9 +39,12 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gradian.evaluation.ground_truth import GroundTruth
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy, finished_cases next to this file
 
@@ -95,19 +98,20 @@ def prepare_case(workdir: Path, data: Path, base_model: str, max_seq_length: int
     return {"scenario": scenario, "report": report, "examples": examples, "meta": meta}
 
 
-def truth(prepared: dict[str, Any]) -> dict[str, Any]:
-    """Planted rows, the planted rows the fine-tuned model reproduces, sources and the planted cluster."""
+def truth(prepared: dict[str, Any]) -> GroundTruth:
+    """Planted rows, the planted rows the fine-tuned model reproduces, sources and the planted clusters."""
     from gradian.demo.run import reproduced_planted_ids
+    from gradian.evaluation.ground_truth import GroundTruth
 
     scenario, examples = prepared["scenario"], prepared["examples"]
     planted = types.SimpleNamespace(planted_ids=scenario.get("planted_ids") or [],
                                     planted_targets=scenario.get("planted_targets") or [],
                                     planted_wrong=scenario.get("planted_wrong") or [])
     reproduced = reproduced_planted_ids(planted, prepared["report"])  # type: ignore[arg-type]
-    return {"planted_rows": list(scenario["planted_rows"]),
-            "reproduced_rows": sorted(i for i, e in enumerate(examples) if reproduced and e.id in reproduced) or None,
-            "sources": [str(e.fields.get("source")) for e in examples],
-            "planted_cluster": scenario.get("planted_cluster")}
+    return GroundTruth(planted_rows=tuple(scenario["planted_rows"]),
+                       sources=tuple(str(e.fields.get("source")) for e in examples),
+                       planted_clusters=tuple(scenario.get("planted_clusters") or ()),
+                       reproduced_rows=tuple(i for i, e in enumerate(examples) if reproduced and e.id in reproduced))
 
 
 def first_error_line(out: Path, log: Path, code: int) -> str:
@@ -167,13 +171,11 @@ def run_peer(peer: str, data: Path, out: Path, args: argparse.Namespace) -> dict
 
 def score_case(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Both peers on one case: the metrics of every variant each produced, or what failed."""
-    from accuracy import ranking_metrics
-
     base = args.work / workdir.name
     prepared = prepare_case(workdir, base / "data", args.base_model, args.max_seq_length)
     known = truth(prepared)
     meta = prepared["meta"]
-    case: dict[str, Any] = {"case": workdir.name, "train_rows": meta["n_train"], "planted": len(known["planted_rows"]),
+    case: dict[str, Any] = {"case": workdir.name, "train_rows": meta["n_train"], "planted": len(known.planted_rows),
                             "regressed_items": len(meta["items"]), "peers": {}}
     for peer in args.peers:
         print(f"{workdir.name}: {peer}", flush=True)
@@ -187,8 +189,7 @@ def score_case(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
                 entry["variants"][variant] = {"error": f"blame has shape {blame.shape}, "
                                                        f"{int((~np.isfinite(blame)).sum())} non-finite values"}
                 continue
-            metrics = ranking_metrics(blame, known["planted_rows"], known["reproduced_rows"], known["sources"],
-                                      known["planted_cluster"])
+            metrics = known.score(blame)
             entry["variants"][variant] = metrics
             print(f"  {peer} {variant}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                                       for k, v in metrics.items()), flush=True)
@@ -213,7 +214,7 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
     names = [c["case"] for c in cases]
     lines = ["# Peer baselines on the finished accuracy cases: Kronfluence and bergson", "", f"`{command}`", "",
              "Each cell: recall@k / AUPRC / rank of the planted cluster by mean blame (k = the planted rows; "
-             "`bench/accuracy.py`'s `ranking_metrics`). Queries: the regressed eval items, scored on the loss of the "
+             "`gradian.evaluation.ground_truth`). Queries: the regressed eval items, scored on the loss of the "
              "wanted answer (blame = minus the influence), and the contrast loss(wanted) - loss(fine-tuned answer); "
              "averaged over items. Tokens are Gradian's chat template and loss mask, written by this driver.", "",
              "| peer | method | " + " | ".join(names) + " | mean recall@k |", "|---|---|" + "---|" * (len(names) + 1)]

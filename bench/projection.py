@@ -147,7 +147,6 @@ def variants(capture: Any, budgets: list[int], fixed: list[int], seed: int) -> l
 
 def score_case(workdir: Path, base_model: str, budgets: list[int], fixed: list[int]) -> dict[str, Any]:
     """Every variant's recall@k, AUPRC and agreement with exact fp32 on one finished case."""
-    from accuracy import ranking_metrics
     from accuracy_methods import load_case, query
 
     from gradian.demo.run import reproduced_planted_ids
@@ -160,9 +159,7 @@ def score_case(workdir: Path, base_model: str, budgets: list[int], fixed: list[i
         return {"kind": kind, "seed": int(seed), "status": "refused"}
     config = exact_config(scenario)
     case = load_case(workdir, base_model, config, report)
-    reproduced = reproduced_planted_ids(scenario, report)
-    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced) or None
-    sources = [str(e.fields["source"]) for e in scenario.train]
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     queries = query(case, "contrastive")
     row: dict[str, Any] = {"kind": kind, "seed": int(seed), "status": "scored", "variants": {}}
     reference = None
@@ -174,7 +171,7 @@ def score_case(workdir: Path, base_model: str, budgets: list[int], fixed: list[i
         q = sketch(queries.astype(np.float32)) if sketch is not None else queries
         blame = default_blame(rows, q, config.attribution, whitened=whitened)
         del rows
-        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows, sources, scenario.planted_cluster)
+        metrics = truth.score(blame)
         reference = blame if reference is None else reference
         metrics["spearman_vs_exact"] = spearman(blame, reference)
         metrics["width"] = width

@@ -68,7 +68,6 @@ def _sketched(sketch: Any, rows: np.ndarray, scale: np.ndarray | None) -> np.nda
 
 def decompose(workdir: Path, budgets: list[int]) -> dict[str, Any]:
     """Recall@k, AUPRC and Spearman against exact of each way, at each auto budget, on one case."""
-    from accuracy import ranking_metrics
     from accuracy_methods import load_case, query
     from projection import exact_config, sketcher, spearman, variant_rows
 
@@ -83,12 +82,10 @@ def decompose(workdir: Path, budgets: list[int]) -> dict[str, Any]:
     case = load_case(workdir, "smollm2-135m-instruct", config, report)
     queries = query(case, "contrastive").astype(np.float32)
     rows = variant_rows(case.index, None, "float32")
-    reproduced = reproduced_planted_ids(scenario, report)
-    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced) or None
-    sources = [str(e.fields["source"]) for e in scenario.train]
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
 
     def measured(blame: np.ndarray, reference: np.ndarray) -> dict[str, float]:
-        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows, sources, scenario.planted_cluster)
+        metrics = truth.score(blame)
         return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"],
                 "spearman_vs_exact": spearman(blame, reference)}
 

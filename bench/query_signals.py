@@ -53,7 +53,6 @@ def aggregated(raw: np.ndarray, self_influence: np.ndarray, alpha: float) -> np.
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     """recall@k and AUPRC of every signal and every alpha on one case."""
-    from accuracy import ranking_metrics
     from accuracy_methods import load_case, preconditioner, query
     from projection import exact_config
 
@@ -64,13 +63,11 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     scenario = make_scenario(kind, int(seed))
     report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
     case = load_case(workdir, base_model, exact_config(scenario), report)
-    reproduced = reproduced_planted_ids(scenario, report)
-    reproduced_rows = sorted(i for i, e in enumerate(scenario.train) if reproduced and e.id in reproduced) or None
-    sources = [str(e.fields["source"]) for e in scenario.train]
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     pre = preconditioner(case, "diagonal")
 
     def measured(blame: np.ndarray) -> dict[str, float]:
-        metrics = ranking_metrics(blame, list(scenario.planted_rows), reproduced_rows, sources, scenario.planted_cluster)
+        metrics = truth.score(blame)
         return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
 
     out: dict[str, Any] = {"case": workdir.name, "kind": kind, "seed": int(seed), "items": len(case.items),

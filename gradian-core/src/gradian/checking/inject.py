@@ -181,26 +181,26 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None
 
 def inject_metrics(report: dict[str, Any], planted_ids: Sequence[str], label: str, k: int) -> dict[str, Any]:
     """The planted cluster's rank, whether it was accused, recall@k / precision@k and the first planted rank."""
-    planted = set(planted_ids)
+    from gradian.evaluation.ground_truth import rank_planted
+
     ranked = (report.get("clusters") or {}).get("ranked") or []
     cluster = next((row for row in ranked if row["name"] == label), None)
     listed = sorted(report.get("top_examples") or [], key=lambda row: row["rank"])
-    top_k = [row for row in listed if row["rank"] <= k]
-    hits = sum(1 for row in top_k if row["id"] in planted)
-    first = next((row["rank"] for row in listed if row["id"] in planted), None)
+    found = rank_planted([row["id"] for row in listed], planted_ids)  # a report ranks its examples 1..n, in order
+    hits = found.hits_at(k)
     attributed = report.get("verdict", {}).get("kind") in ("attributed", "no_capability_target")
     return {
         "k": k,
-        "n_planted": len(planted),
+        "n_planted": found.planted,
         "cluster_rank": cluster["rank"] if cluster else None,
         "n_clusters": len(ranked) if ranked else None,
         "cluster_p_adjusted": cluster["p_adjusted"] if cluster else None,
         "accused_cluster": (report.get("verdict") or {}).get("accused_cluster"),
         "accused": (report.get("verdict") or {}).get("accused_cluster") == label,
-        "recall_at_k": hits / len(planted) if attributed and planted else None,
+        "recall_at_k": hits / found.planted if attributed and found.planted else None,
         "precision_at_k": hits / k if attributed else None,
         "hits_at_k": hits if attributed else None,
-        "first_planted_rank": first,
+        "first_planted_rank": found.first_hit_rank,
         "ranked_listed": len(listed),
     }
 

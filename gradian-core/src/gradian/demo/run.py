@@ -416,12 +416,14 @@ def write_config(config: GradianConfig, path: Path) -> None:
 
 def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTruthCheck:
     """Compare the report's clusters, top examples and spans with the planted rows."""
+    from gradian.evaluation.ground_truth import cluster_ranks, rank_planted
+
     planted = set(scenario.planted_ids)
     ranked = [row["name"] for row in (report.get("clusters") or {}).get("ranked") or []]
-    ranks = tuple(ranked.index(name) + 1 if name in ranked else None for name in scenario.planted_clusters)
-    top = report.get("top_examples") or []
+    ranks = cluster_ranks(ranked, scenario.planted_clusters)
+    top = [row["id"] for row in report.get("top_examples") or []]
     k = len(planted)
-    in_top = sum(1 for row in top[:k] if row["id"] in planted)
+    in_top = rank_planted(top, planted).hits_at(k)
     spans = {span.example_id: (span.char_start, span.char_end) for span in scenario.planted_spans}
     hits = checked = 0
     for drill in report.get("spans") or []:
@@ -439,8 +441,8 @@ def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTrut
     if reproduced is not None:
         # Rows whose reproduction cannot be told (another cluster's, with no single target) are neither hits nor
         # misses: they leave the ranking, and the reproduced rows are looked for among the examples that remain.
-        ranked_rows = [row for row in top if row["id"] not in untargeted]
-        reproduced_in_top = sum(1 for row in ranked_rows[:len(reproduced)] if row["id"] in reproduced)
+        remaining = [row_id for row_id in top if row_id not in untargeted]
+        reproduced_in_top = rank_planted(remaining, reproduced).hits_at(len(reproduced))
     return GroundTruthCheck(planted_rows=len(planted), clusters=len(ranked), planted_in_top=in_top, top=min(len(top), k),
                             span_hits=hits, span_checked=checked,
                             reproduced_rows=None if reproduced is None else len(reproduced),
