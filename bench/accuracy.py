@@ -42,6 +42,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from gradian.evaluation.ground_truth import GroundTruth
+    from gradian.report.reader import Report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods, next to this file
 
@@ -77,17 +78,17 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     demo = run_demo(scenario=kind, seed=seed, base_model=args.base_model, workdir=workdir, config=config,
                     echo=lambda line: print(f"  {line}", flush=True))
     report = demo.report
-    capability = report.get("capability") or {}
+    capability = report.capability
     case_row: dict[str, Any] = {
         "kind": kind, "seed": seed, "train_rows": len(scenario.train), "planted": len(scenario.planted_rows),
-        "metric": scenario.metric, "delta": capability.get("delta"),
-        "ci": [capability.get("ci_low"), capability.get("ci_high")],
-        "regressed": sum(1 for item in capability.get("items", []) if item.get("regressed")),
-        "verdict": report["verdict"]["headline"],
-        "accused": ", ".join(report["verdict"].get("accused_clusters") or []) or None,
+        "metric": scenario.metric, "delta": capability.delta if capability else None,
+        "ci": [capability.ci_low, capability.ci_high] if capability else [None, None],
+        "regressed": sum(1 for item in capability.items if item.regressed) if capability else 0,
+        "verdict": report.verdict.headline,
+        "accused": ", ".join(report.verdict.accused_clusters) or None,
         "planted_cluster": ", ".join(scenario.planted_clusters) or None, "demo_seconds": demo.timings, "methods": {},
     }
-    if report.get("method") is None:  # refused: no significant regression to explain
+    if not report.attributed:  # refused: no significant regression to explain
         case_row["status"] = "refused"
         return case_row
     case = load_case(workdir, args.base_model, config, report)
@@ -199,7 +200,7 @@ def explained_items(scenario: Any, items: Sequence[Any], reproduced: set[str] | 
             or (french and len(FRENCH.findall(item.finetuned_output or "")) >= 2)]
 
 
-def verify_case(workdir: Path, base_model: str, report: dict[str, Any], top_k: int | None) -> dict[str, Any]:
+def verify_case(workdir: Path, base_model: str, report: Report, top_k: int | None) -> dict[str, Any]:
     """`gradian verify` on the case's report: retrain without the accused set and without a random one as large.
 
     The accused set is the top cluster when the planted rows form one (fact, format); in the span kind they are
@@ -209,7 +210,7 @@ def verify_case(workdir: Path, base_model: str, report: dict[str, Any], top_k: i
 
     drop_file = None
     if top_k is not None:
-        top = [row["id"] for row in report["top_examples"]][:top_k]
+        top = [row.id for row in report.top_examples][:top_k]
         drop_file = workdir / "verify-drop.txt"
         drop_file.write_text("\n".join(top) + "\n", encoding="utf-8")
     plan = plan_verify(out=workdir / "verify", report_dir=workdir / "report", drop_file=drop_file,
@@ -230,9 +231,9 @@ def _with_accused(case: dict[str, Any], workdir: Path, kind: str) -> dict[str, A
     """A case file written before the report's accused cluster was recorded, completed from its report."""
     if "accused" not in case:
         from gradian.demo.scenarios import make_scenario
+        from gradian.report.reader import read_report
 
-        report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
-        case["accused"] = report["verdict"].get("accused_cluster")
+        case["accused"] = read_report(workdir / "report").verdict.accused_cluster
         case["planted_cluster"] = ", ".join(make_scenario(kind, case["seed"]).planted_clusters) or None
     return case
 

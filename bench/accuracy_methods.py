@@ -19,9 +19,12 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gradian.report.reader import Report
 
 CHUNK = 64  # index rows per read in the baselines' own passes: exact gradients of SmolLM2 are ~10 MB a row
 _TRAIN_STATES: dict[Path, np.ndarray] = {}  # pooled hidden states of a case's training rows, by run dir
@@ -46,7 +49,7 @@ class Case:
         return {example.id: example.prompt_messages for example in self.eval_items}
 
 
-def load_case(workdir: Path, base_model: str, config: Any, report: dict[str, Any]) -> Case:
+def load_case(workdir: Path, base_model: str, config: Any, report: Report) -> Case:
     """The model with its adapter, the index, the data and the regressed items of a finished demo run."""
     from gradian.data import load_dataset, load_eval_dataset
     from gradian.evaluation.capability import ItemResult
@@ -55,8 +58,10 @@ def load_case(workdir: Path, base_model: str, config: Any, report: dict[str, Any
     from gradian.model.loaded import LoadedModel
 
     loaded = LoadedModel.load(base_model, workdir / "train" / "adapter")
-    fields = {f.name for f in dataclasses.fields(ItemResult)}
-    all_items = [ItemResult(**{k: v for k, v in item.items() if k in fields}) for item in report["capability"]["items"]]
+    # the report's eval items (gradian.report.reader.ScoredItem) as the evaluation's own records
+    all_items = [ItemResult(id=item.id, prompt=item.prompt, wanted=item.wanted, base_output=item.base_output,
+                            finetuned_output=item.finetuned_output, base_score=item.base_score,
+                            finetuned_score=item.finetuned_score) for item in report.capability.items]
     # as `gradian attribute` does: the regressed items, or every item when none regressed and the gate is off
     items = tuple(item for item in all_items if item.regressed) or tuple(all_items)
     return Case(loaded=loaded, capture=GradientCapture.from_config(loaded, config.grads),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,10 +38,11 @@ def score_case(workdir: Path, base_model: str, signal: str | None, kind: str | N
     from gradian.attribution.scoring import score_examples
     from gradian.demo.scenarios import make_scenario
     from gradian.evaluation.query_signal import validate_query_signal
+    from gradian.report.reader import read_report
 
     name, seed = workdir.name.rsplit("-", 1)
     scenario = make_scenario(name, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     config = exact_config(scenario)
     kind = kind or config.attribution.preconditioner
     signal = signal or validate_query_signal(config.evaluation.metric, config.evaluation.query_signal).effective

@@ -10,7 +10,6 @@ cluster) and recall@k / AUPRC of the report's lead attribution (cause 1) against
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,11 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
     from gradian.evaluation.query_signal import validate_query_signal
+    from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 1)
     scenario = make_scenario(kind, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     config = exact_config(scenario)
     attribution = config.attribution
     signal = validate_query_signal(config.evaluation.metric, config.evaluation.query_signal).effective

@@ -15,7 +15,6 @@ sum_c w_c B_c with the default aggregation (mean of per-item z-scores), w_c the 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -52,10 +51,11 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     from gradian.grads.capture import GradientCapture
     from gradian.index.build import build_index
     from gradian.model.loaded import LoadedModel
+    from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 2)[-2:]
     scenario = make_scenario(kind, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     config = demo_config(scenario)  # the case's own index settings (exact, float16)
     attribution = config.attribution
     signal = validate_query_signal(config.evaluation.metric, config.evaluation.query_signal).effective

@@ -21,7 +21,6 @@ a real build).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,10 +44,11 @@ def score_case(workdir: Path, base_model: str, signal: str, budget: int) -> dict
     from gradian.demo.scenarios import make_scenario
     from gradian.grads.projection import plan_auto_projection
     from gradian.grads.whitening import SCHEMES
+    from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 1)
     scenario = make_scenario(kind, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     config = exact_config(scenario)
     case = load_case(workdir, base_model, config, report)
     queries = query(case, signal).astype(np.float32)

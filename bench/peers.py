@@ -65,16 +65,17 @@ def prepare_case(workdir: Path, data: Path, base_model: str, max_seq_length: int
     from gradian.data import encode, encode_answer, load_dataset, load_eval_dataset
     from gradian.model.base import load_tokenizer, resolve_base_model
     from gradian.model.loaded import training_tokenizer
+    from gradian.report.reader import read_report
 
     scenario = json.loads((workdir / "scenario" / "scenario.json").read_text(encoding="utf-8"))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     length = max_seq_length or int(scenario.get("max_seq_length") or 128)
     model_dir = resolve_base_model(base_model)
     adapter = workdir / "train" / "adapter"
     tokenizer, _ = training_tokenizer(load_tokenizer(base_model), base_model, adapter)
     examples = load_dataset(workdir / "scenario" / "train.jsonl")
     prompts = {e.id: e.prompt_messages for e in load_eval_dataset(workdir / "scenario" / "eval.jsonl")}
-    items = [item for item in report["capability"]["items"] if item.get("regressed")]
+    items = [item for item in report.capability.items if item.regressed] if report.capability else []
     data.mkdir(parents=True, exist_ok=True)
 
     def write(name: str, encoded: list[Any]) -> None:  # whole files replaced at once: a running peer may read them
@@ -85,14 +86,14 @@ def prepare_case(workdir: Path, data: Path, base_model: str, max_seq_length: int
         temp.replace(data / name)
 
     write("train.jsonl", [encode(example, tokenizer, length) for example in examples])
-    write("query_wanted.jsonl", [encode_answer(prompts[item["id"]], item["wanted"], tokenizer, length)
+    write("query_wanted.jsonl", [encode_answer(prompts[item.id], item.wanted, tokenizer, length)
                                  for item in items])
-    write("query_generated.jsonl", [encode_answer(prompts[item["id"]], item.get("finetuned_output") or "",
+    write("query_generated.jsonl", [encode_answer(prompts[item.id], item.finetuned_output or "",
                                                   tokenizer, length) for item in items])
     meta = {"case": workdir.name, "model_dir": str(model_dir), "adapter_dir": str(adapter),
             "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-            "max_seq_length": length, "n_train": len(examples), "items": [item["id"] for item in items],
-            "has_generated": [bool(item.get("finetuned_output")) for item in items]}
+            "max_seq_length": length, "n_train": len(examples), "items": [item.id for item in items],
+            "has_generated": [bool(item.finetuned_output) for item in items]}
     (data / "meta.json.tmp").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     (data / "meta.json.tmp").replace(data / "meta.json")
     return {"scenario": scenario, "report": report, "examples": examples, "meta": meta}

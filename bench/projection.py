@@ -151,11 +151,12 @@ def score_case(workdir: Path, base_model: str, budgets: list[int], fixed: list[i
 
     from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
+    from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 1)
     scenario = make_scenario(kind, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
-    if report.get("method") is None:
+    report = read_report(workdir / "report")
+    if not report.attributed:
         return {"kind": kind, "seed": int(seed), "status": "refused"}
     config = exact_config(scenario)
     case = load_case(workdir, base_model, config, report)
@@ -199,10 +200,11 @@ def real_check(workdir: Path, base_model: str, budget: int, scratch: Path) -> di
     from gradian.grads.capture import GradientCapture
     from gradian.grads.projection import plan_auto_projection
     from gradian.index.build import build_index
+    from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 1)
     scenario = make_scenario(kind, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     config = exact_config(scenario)
     case = load_case(workdir, base_model, config, report)
     queries = query(case, "contrastive")

@@ -18,7 +18,6 @@ mean of E[g^2], computed six ways, each against exact gradients:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,10 +73,11 @@ def decompose(workdir: Path, budgets: list[int]) -> dict[str, Any]:
     from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
     from gradian.grads.projection import plan_auto_projection
+    from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 1)
     scenario = make_scenario(kind, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     config = exact_config(scenario)
     case = load_case(workdir, "smollm2-135m-instruct", config, report)
     queries = query(case, "contrastive").astype(np.float32)

@@ -16,7 +16,6 @@ Cases are the tuning seeds (0-2): this chooses, it does not report final numbers
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,10 +57,11 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
 
     from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
+    from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 1)
     scenario = make_scenario(kind, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     case = load_case(workdir, base_model, exact_config(scenario), report)
     truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     pre = preconditioner(case, "diagonal")

@@ -9,7 +9,6 @@ config's query signal and preconditioner) is compared with contrastive + diagona
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,11 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
 
     from gradian.demo.run import demo_config
     from gradian.demo.scenarios import make_scenario
+    from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 2)[-2:]
     scenario = make_scenario(kind, int(seed))
-    report = json.loads((workdir / "report" / "report.json").read_text(encoding="utf-8"))
+    report = read_report(workdir / "report")
     case = load_case(workdir, base_model, demo_config(scenario), report)
     variants = {name: span_localization(case, scenario, signal, kind_name)
                 for name, (signal, kind_name) in VARIANTS.items()}

@@ -92,12 +92,12 @@ attribute_cuda() {
     "$PY" - "$OUT/work" <<'EOF'
 import json, os, sys
 from pathlib import Path
+from gradian.report import read_report
 work = Path(sys.argv[1])
 manifest = json.loads((work / "index-cuda" / "manifest.json").read_text())
 compute = manifest["spec"]["compute"]
 assert compute["device_type"] == os.environ["DEVICE"] and compute["base_dtype"] == "bfloat16", compute
-report = json.loads((work / "report" / "report.json").read_text())
-print(f"report verdict: {report['verdict']['headline']}; index computed on {compute}")
+print(f"report verdict: {read_report(work / 'report').verdict.headline}; index computed on {compute}")
 EOF
 }
 

@@ -285,18 +285,27 @@ def test_a_control_accuses_nothing_or_says_what_it_accused():
     from gradian.demo.run import check_ground_truth
 
     control = make_scenario("clean", 0)
-    quiet = {"verdict": {"accused_clusters": []}, "clusters": {"ranked": []}, "top_examples": []}
+    quiet = _report(control, [], [], [])
     assert check_ground_truth(control, quiet).lines() == [
         "ground truth: nothing was planted (a control); the report accuses nothing"]
-    loud = {"verdict": {"accused_clusters": ["travel_chat"]}, "clusters": {"ranked": []}, "top_examples": []}
+    loud = _report(control, [], ["travel_chat"], [])
     assert check_ground_truth(control, loud).lines()[0].endswith("the report accuses travel_chat")
 
 
 def _report(scenario, ranked, accused, top_ids, outputs=None):
-    """A minimal report.json: ranked clusters, the accused ones, top examples, fine-tuned answers per eval id."""
-    items = [{"id": item_id, "finetuned_output": text} for item_id, text in (outputs or {}).items()]
-    return {"verdict": {"accused_clusters": accused}, "clusters": {"ranked": [{"name": n} for n in ranked]},
-            "top_examples": [{"id": i} for i in top_ids], "capability": {"items": items}}
+    """A minimal report: ranked clusters, the accused ones, top examples, fine-tuned answers per eval id."""
+    from gradian.report.reader import Capability, ClusterRow, ExampleRow, Report, ScoredItem, Verdict
+
+    items = tuple(ScoredItem(id=item_id, prompt=None, wanted=None, base_output=None, finetuned_output=text,
+                             base_score=1.0, finetuned_score=0.0, regressed=True)
+                  for item_id, text in (outputs or {}).items())
+    capability = Capability(metric="contains", n_items=len(items), n_regressed=len(items), base_mean=1.0,
+                            finetuned_mean=0.0, delta=-1.0, ci_low=-1.0, ci_high=-1.0, confidence=0.95,
+                            significant=True, items=items)
+    return Report(verdict=Verdict(kind="attributed", headline="Attributed.", accused_clusters=tuple(accused)),
+                  clusters=tuple(ClusterRow(rank=r, name=n, size=1) for r, n in enumerate(ranked, start=1)),
+                  top_examples=tuple(ExampleRow(rank=r, id=i) for r, i in enumerate(top_ids, start=1)),
+                  capability=capability)
 
 
 def test_two_causes_ground_truth_ranks_each_cluster_and_needs_both_accused():

@@ -9,6 +9,7 @@ import pytest
 from gradian.checking.inject import CLEAN_LABEL, INJECTED_LABEL, combined_examples, inject_metrics, plan_inject
 from gradian.cli.app import main
 from gradian.data import load_dataset, write_jsonl
+from gradian.report.reader import ClusterRow, ExampleRow, Report, Verdict
 from tests.core.checking_reports import write_dataset, write_eval
 
 
@@ -71,10 +72,10 @@ def test_the_plan_clusters_by_the_planted_field_and_lists_at_least_k_examples(fi
 
 
 def _report(ranked, top, accused):
-    return {"verdict": {"kind": "attributed", "accused_cluster": accused},
-            "clusters": {"ranked": [{"rank": r, "name": n, "size": 3, "p_adjusted": 0.01 if r == 1 else 1.0}
-                                    for r, n in enumerate(ranked, start=1)]},
-            "top_examples": [{"rank": r, "id": i} for r, i in enumerate(top, start=1)]}
+    return Report(verdict=Verdict(kind="attributed", headline="Attributed.", accused_cluster=accused),
+                  clusters=tuple(ClusterRow(rank=r, name=n, size=3, p_adjusted=0.01 if r == 1 else 1.0)
+                                 for r, n in enumerate(ranked, start=1)),
+                  top_examples=tuple(ExampleRow(rank=r, id=i) for r, i in enumerate(top, start=1)))
 
 
 def test_metrics_count_planted_examples_in_the_top_k():
@@ -94,7 +95,7 @@ def test_metrics_count_planted_examples_in_the_top_k():
 
 
 def test_a_refused_report_blames_nothing():
-    refused = {"verdict": {"kind": "not_significant", "accused_cluster": None}, "clusters": None, "top_examples": []}
+    refused = Report(verdict=Verdict(kind="not_significant", headline="Not attributed."))
     metrics = inject_metrics(refused, ["p1"], "gradian-injected", 1)
     assert not metrics["accused"] and metrics["cluster_rank"] is None and metrics["recall_at_k"] is None
 

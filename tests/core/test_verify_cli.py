@@ -7,7 +7,7 @@ import pytest
 from gradian.checking.verify import FULL_FROM_ADAPTER, FULL_RETRAINED, plan_verify
 from gradian.cli.app import main
 from gradian.data import load_dataset
-from gradian.report.drop_set import cluster_drop_set, command_flags, file_drop_set, read_report
+from gradian.report.drop_set import cluster_drop_set, command_flags, file_drop_set, report_inputs
 from tests.core.checking_reports import N_CLEAN, N_PLANTED, write_dataset, write_eval, write_report_dir
 
 
@@ -36,7 +36,7 @@ def _one_line_error(capsys, argv):
 
 def test_the_accused_cluster_is_dropped_with_its_members_from_the_field(report_dir, files):
     examples = load_dataset(files[0])
-    drop = cluster_drop_set(read_report(report_dir), examples)
+    drop = cluster_drop_set(report_inputs(report_dir), examples)
     assert drop.cluster == "planted" and len(drop) == N_PLANTED
     assert drop.ids == examples.ids[N_CLEAN:]
     assert "accused cluster `planted`" in drop.origin and "dataset field `source`" in drop.origin
@@ -44,7 +44,7 @@ def test_the_accused_cluster_is_dropped_with_its_members_from_the_field(report_d
 
 def test_a_named_cluster_can_be_dropped_instead(report_dir, files):
     examples = load_dataset(files[0])
-    drop = cluster_drop_set(read_report(report_dir), examples, cluster="greetings")
+    drop = cluster_drop_set(report_inputs(report_dir), examples, cluster="greetings")
     assert len(drop) == N_CLEAN // 3
     assert all(examples[p].fields["source"] == "greetings" for p in drop.positions)
 
@@ -58,7 +58,7 @@ def test_a_drop_file_keeps_dataset_order_and_skips_comments(files, tmp_path):
 
 
 def test_the_report_command_gives_the_input_defaults(report_dir, files):
-    report = read_report(report_dir)
+    report = report_inputs(report_dir)
     assert report.named("dataset") == str(files[0]) and report.named("eval_dataset") == str(files[1])
     assert report.named("base_model") == "tiny-base" and report.named("adapter") is None
     assert command_flags("gradian attribute --dataset=a.jsonl --eval-dataset 'b c.jsonl'") == {
@@ -155,8 +155,8 @@ def test_automatic_clusters_are_recomputed_on_the_reports_index(tiny_base_dir, t
 
     examples = load_dataset(files[0])
     index = build_index(LoadedModel.load(tiny_base_dir, tiny_adapter_dir), examples, None, tmp_path / "index")
-    report = read_report(write_auto_report_dir(tmp_path / "report", *files, tmp_path / "index"))
-    assert report.cluster_method["method"] == "auto"
+    report = report_inputs(write_auto_report_dir(tmp_path / "report", *files, tmp_path / "index"))
+    assert report.report.cluster_method.method == "auto"
     expected = auto_clusters(index, num_clusters=3, seed=3)
     for name in expected.names:
         drop = cluster_drop_set(report, examples, cluster=name)

@@ -53,7 +53,7 @@ def test_demo_api_indexes_scores_and_checks_the_ground_truth(tiny_base_dir, tmp_
     result = run_demo(base_model=str(tiny_base_dir), workdir=tmp_path / "w", config=config, progress=progress,
                       echo=lambda line: None)
     assert {"train", "index"} <= set(bars)
-    assert result.report["clusters"]["ranked"]
+    assert result.report.clusters
     assert result.check.clusters == len(scenario.sources)
     assert result.check.cluster_rank is not None and 1 <= result.check.cluster_rank <= result.check.clusters
     assert result.check.top == len(scenario.planted_rows)
@@ -62,7 +62,7 @@ def test_demo_api_indexes_scores_and_checks_the_ground_truth(tiny_base_dir, tmp_
     assert (tmp_path / "w" / "index").is_dir()
     # The report records the equivalent `gradian attribute` command, with the demo's config as a file, so
     # `gradian verify --report` finds every input and the command reproduces the report.
-    command = result.report["provenance"]["command"]
+    command = result.report.provenance.command
     assert command.startswith("gradian attribute ") and "--eval-dataset" in command
     assert load_config(tmp_path / "w" / "config.yaml") == config
     from gradian.checking.verify import plan_verify

@@ -42,6 +42,7 @@ def test_inject_writes_its_files_and_a_report_that_reproduces(runs):
     assert "gradian-injected" not in {row["source"] for row in rows[:n_clean]}
     report = json.loads((out / "report" / "report.json").read_text())
     assert report["verdict"]["accused_cluster"] == "gradian-injected"
+    assert run.result["clusters"] == report["clusters"]["ranked"]  # inject.json passes the report's rows on as written
     assert report["provenance"]["command"].startswith("gradian attribute --base-model")
     assert "recall@14" in (out / "inject.md").read_text()
 

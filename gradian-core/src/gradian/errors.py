@@ -55,3 +55,7 @@ class EvaluationError(GradianError):
 
 class TrainingError(GradianError):
     """A training backend that is unavailable or a training job that cannot run."""
+
+
+class ReportError(GradianError):
+    """A report directory or report.json that cannot be read: missing, not JSON, a newer schema, a field missing."""

@@ -13,11 +13,14 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.config import GradianConfig
 from gradian.errors import ConfigError, DatasetError
 from gradian.model.placement import Placement
+
+if TYPE_CHECKING:
+    from gradian.report.reader import Report
 
 INJECT_SCHEMA = "gradian.inject/1"
 INJECTED_LABEL = "gradian-injected"
@@ -173,30 +176,29 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None
                         out=report_dir, eval_dataset=plan.eval_dataset, run=model.run_dir,
                         config=plan.config, trust_remote_code=plan.trust_remote_code, progress=progress,
                         command=attribute_command, device=plan.placement.device, dtype=plan.placement.dtype)
-    result = inject_result(plan, outcome.report, model=model, combined_path=combined_path,
+    result = inject_result(plan, outcome.parsed, model=model, combined_path=combined_path,
                            report_dir=outcome.out_dir, command=command)
     json_path, markdown_path = write_inject(result, plan.out)
     return InjectOutcome(result=result, json_path=json_path, markdown_path=markdown_path)
 
 
-def inject_metrics(report: dict[str, Any], planted_ids: Sequence[str], label: str, k: int) -> dict[str, Any]:
+def inject_metrics(report: Report, planted_ids: Sequence[str], label: str, k: int) -> dict[str, Any]:
     """The planted cluster's rank, whether it was accused, recall@k / precision@k and the first planted rank."""
     from gradian.evaluation.ground_truth import rank_planted
 
-    ranked = (report.get("clusters") or {}).get("ranked") or []
-    cluster = next((row for row in ranked if row["name"] == label), None)
-    listed = sorted(report.get("top_examples") or [], key=lambda row: row["rank"])
-    found = rank_planted([row["id"] for row in listed], planted_ids)  # a report ranks its examples 1..n, in order
+    cluster = report.cluster(label)
+    listed = sorted(report.top_examples, key=lambda row: row.rank)
+    found = rank_planted([row.id for row in listed], planted_ids)  # a report ranks its examples 1..n, in order
     hits = found.hits_at(k)
-    attributed = report.get("verdict", {}).get("kind") in ("attributed", "no_capability_target")
+    attributed = report.attributed
     return {
         "k": k,
         "n_planted": found.planted,
-        "cluster_rank": cluster["rank"] if cluster else None,
-        "n_clusters": len(ranked) if ranked else None,
-        "cluster_p_adjusted": cluster["p_adjusted"] if cluster else None,
-        "accused_cluster": (report.get("verdict") or {}).get("accused_cluster"),
-        "accused": (report.get("verdict") or {}).get("accused_cluster") == label,
+        "cluster_rank": cluster.rank if cluster else None,
+        "n_clusters": len(report.clusters) if report.clusters else None,
+        "cluster_p_adjusted": cluster.p_adjusted if cluster else None,
+        "accused_cluster": report.verdict.accused_cluster,
+        "accused": report.verdict.accused_cluster == label,
         "recall_at_k": hits / found.planted if attributed and found.planted else None,
         "precision_at_k": hits / k if attributed else None,
         "hits_at_k": hits if attributed else None,
@@ -205,7 +207,7 @@ def inject_metrics(report: dict[str, Any], planted_ids: Sequence[str], label: st
     }
 
 
-def inject_result(plan: InjectPlan, report: dict[str, Any], *, model: Any, combined_path: Path, report_dir: Path,
+def inject_result(plan: InjectPlan, report: Report, *, model: Any, combined_path: Path, report_dir: Path,
                   command: Sequence[str] | None = None) -> dict[str, Any]:
     """The inject.json document."""
     from datetime import UTC, datetime
@@ -214,16 +216,18 @@ def inject_result(plan: InjectPlan, report: dict[str, Any], *, model: Any, combi
 
     metrics = inject_metrics(report, plan.planted_ids, plan.label, plan.k)
     headline, summary = _verdict(report, metrics, plan)
-    capability = report.get("capability") or {}
+    capability = report.capability
     return {
         "schema": INJECT_SCHEMA,
         "verdict": {"passed": metrics["accused"], "headline": headline, "summary": summary,
-                    "report_kind": (report.get("verdict") or {}).get("kind")},
+                    "report_kind": report.verdict.kind},
         "metrics": metrics,
-        "capability": {key: capability.get(key) for key in ("metric", "n_items", "n_regressed", "base_mean",
-                                                             "finetuned_mean", "delta", "ci_low", "ci_high",
-                                                             "significant")} if capability else None,
-        "clusters": (report.get("clusters") or {}).get("ranked") or [],
+        "capability": {"metric": capability.metric, "n_items": capability.n_items,
+                       "n_regressed": capability.n_regressed, "base_mean": capability.base_mean,
+                       "finetuned_mean": capability.finetuned_mean, "delta": capability.delta,
+                       "ci_low": capability.ci_low, "ci_high": capability.ci_high,
+                       "significant": capability.significant} if capability else None,
+        "clusters": [dataclasses.asdict(row) for row in report.clusters],  # the report's rows, as it wrote them
         "planted_ids": list(plan.planted_ids),
         "inputs": {"base_model": plan.base_model, "dataset": str(plan.dataset), "poison": str(plan.poison),
                    "eval_dataset": str(plan.eval_dataset), "combined_dataset": str(combined_path),
@@ -237,11 +241,10 @@ def inject_result(plan: InjectPlan, report: dict[str, Any], *, model: Any, combi
     }
 
 
-def _verdict(report: dict[str, Any], metrics: dict[str, Any], plan: InjectPlan) -> tuple[str, str]:
-    kind = (report.get("verdict") or {}).get("kind")
-    if kind not in ("attributed", "no_capability_target"):
+def _verdict(report: Report, metrics: dict[str, Any], plan: InjectPlan) -> tuple[str, str]:
+    if not report.attributed:
         return (f"FAIL: the planted cluster `{plan.label}` caused no significant regression, so nothing was blamed.",
-                (report.get("verdict") or {}).get("summary", "")
+                report.verdict.summary
                 + " Plant more rows, train longer, or use an eval set the poison actually breaks.")
     rank = metrics["cluster_rank"]
     where = f"rank {rank} of {metrics['n_clusters']}" if rank else "not ranked"

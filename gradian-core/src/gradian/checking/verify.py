@@ -78,7 +78,7 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
     from gradian.checking.controls import control_sets
     from gradian.data import load_dataset, load_eval_dataset
     from gradian.model.placement import resolve_placement
-    from gradian.report.drop_set import cluster_drop_set, file_drop_set, read_report
+    from gradian.report.drop_set import cluster_drop_set, file_drop_set, report_inputs
 
     placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
 
@@ -95,7 +95,7 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
         raise ConfigError("gradian verify needs --out", "pass a directory for verify.md, verify.json and the retrained models")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file", "pass a directory")
-    report = read_report(report_dir) if report_dir is not None else None
+    report = report_inputs(report_dir) if report_dir is not None else None
     dataset_path = Path(_required(dataset, report, "dataset", "the exact training data, in the same order"))
     eval_path = Path(_required(eval_dataset, report, "eval_dataset", "the eval set the report was measured on"))
     for flag, path, given in (("--dataset", dataset_path, dataset), ("--eval-dataset", eval_path, eval_dataset)):
@@ -252,7 +252,7 @@ def _config(report: ReportInputs | None, adapter: Path | None, config_path: Path
 
 def _check_same_dataset(report: ReportInputs | None, examples: Any) -> None:
     """The dataset must be the bytes the report was made from: ids and cluster membership depend on them."""
-    recorded = report.sources.get("dataset_file_sha256") if report is not None else None
+    recorded = report.sources.dataset_sha256 if report is not None else None
     if recorded and recorded != examples.sha256:
         raise DatasetError(f"--dataset {examples.path} is not the file the report was made from "
                            f"(sha256 {examples.sha256[:12]} vs {str(recorded)[:12]})",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -23,6 +23,9 @@ from gradian.cli.options import (
     TrustRemoteCodeFlag,
     check_tokenizer_dir,
 )
+
+if TYPE_CHECKING:
+    from gradian.report.reader import Report
 
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report directory (report.md, report.html, report.json, scores.csv, plots).")]
 IndexOption = Annotated[Optional[Path], typer.Option("--index", help="Gradient index directory (default: the cache, keyed by the index id); one holding the index of other inputs is refused, not overwritten.")]
@@ -92,14 +95,15 @@ def attribute(
 def print_outcome(outcome: Any, fmt: str) -> None:
     """The result on stdout in ``fmt`` (json: report.json, md: report.md); timings and file names on stderr."""
     from gradian.cli.output import is_quiet, note
+    from gradian.report.reader import REPORT_FILE
 
     stages = "stages: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in outcome.timings.items())
     if fmt == "json":
-        typer.echo((outcome.out_dir / "report.json").read_text(encoding="utf-8"), nl=False)
+        typer.echo((outcome.out_dir / REPORT_FILE).read_text(encoding="utf-8"), nl=False)
     elif fmt == "md":
         typer.echo((outcome.out_dir / "report.md").read_text(encoding="utf-8"), nl=False)
     else:
-        typer.echo(verdict_text(outcome.report))
+        typer.echo(verdict_text(outcome.parsed))
         if not is_quiet():
             typer.echo(stages)
         typer.echo(f"report: {outcome.out_dir / 'report.md'} (also report.html; every score in scores.csv)")
@@ -108,26 +112,25 @@ def print_outcome(outcome: Any, fmt: str) -> None:
     note(f"report: {outcome.out_dir / 'report.md'}")
 
 
-def verdict_text(report: dict) -> str:
+def verdict_text(report: Report) -> str:
     """The verdict as a few terminal lines: headline, delta with CI, accused cluster, top examples."""
-    verdict, lines = report["verdict"], [report["verdict"]["headline"]]
-    capability = report.get("capability")
+    verdict, lines = report.verdict, [report.verdict.headline]
+    capability = report.capability
     if capability:
-        lines.append(f"capability ({capability['metric']}): base {capability['base_mean']:.3f} -> fine-tuned "
-                     f"{capability['finetuned_mean']:.3f}, delta {capability['delta']:+.3f} "
-                     f"[{capability['ci_low']:+.3f}, {capability['ci_high']:+.3f}] "
-                     f"({capability['confidence']:.0%} CI, {capability['n_items']} items)")
-    clusters = (report.get("clusters") or {}).get("ranked") or []
-    accused = [row for row in clusters if row.get("accused")]
+        lines.append(f"capability ({capability.metric}): base {capability.base_mean:.3f} -> fine-tuned "
+                     f"{capability.finetuned_mean:.3f}, delta {capability.delta:+.3f} "
+                     f"[{capability.ci_low:+.3f}, {capability.ci_high:+.3f}] "
+                     f"({capability.confidence:.0%} CI, {capability.n_items} items)")
+    clusters = report.clusters
+    accused = [row for row in clusters if row.accused]
     # The first accused cluster is the verdict's (most blamed per member); others follow in the report's order.
-    accused.sort(key=lambda row: row["name"] != verdict.get("accused_cluster"))
+    accused.sort(key=lambda row: row.name != verdict.accused_cluster)
     for row in accused or clusters[:1]:
-        label = "accused cluster" if row.get("accused") else "top cluster (not accused)"
-        lines.append(f"{label}: {row['name']} (rank {row['rank']} of {len(clusters)}, {row['size']} examples, "
-                     f"p = {row['p_value']:.3g}, family-wise p = {row['p_adjusted']:.3g})")
-    for row in report.get("top_examples", [])[:5]:
-        lines.append(f"  #{row['rank']} {row['id']} blame {row['blame']:+.3g} [{row.get('cluster') or '-'}] "
-                     f"{row['excerpt'][:80]!r}")
+        label = "accused cluster" if row.accused else "top cluster (not accused)"
+        lines.append(f"{label}: {row.name} (rank {row.rank} of {len(clusters)}, {row.size} examples, "
+                     f"p = {row.p_value:.3g}, family-wise p = {row.p_adjusted:.3g})")
+    for row in report.top_examples[:5]:
+        lines.append(f"  #{row.rank} {row.id} blame {row.blame:+.3g} [{row.cluster or '-'}] {row.excerpt[:80]!r}")
     return "\n".join(lines)
 
 

@@ -59,7 +59,7 @@ def demo(
                           device=placement.device, dtype=placement.dtype)
     if structured:
         data = {"report_path": str(result.report_path), "check": result.check.lines(), "timings": result.timings,
-                "reused": list(result.reused), "report": result.report}
+                "reused": list(result.reused), "report": result.report.document}
         markdown = result.report_path.read_text(encoding="utf-8") if result.report_path.suffix == ".md" else None
         print_result(fmt, data, "", markdown)
         return
@@ -73,7 +73,7 @@ def demo(
         typer.echo("attribute stages: " + ", ".join(f"{name} {seconds:.0f} s"
                                                      for name, seconds in result.attribution_timings.items()))
     typer.echo(f"report: {result.report_path}")
-    if result.report.get("method") is not None:
+    if result.report.attributed:
         report_dir = result.report_path.parent
         typer.echo(f"check it (retrains twice): gradian verify --report {report_dir} --out {report_dir.parent / 'verify'}")
 

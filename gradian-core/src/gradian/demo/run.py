@@ -24,9 +24,10 @@ from typing import Any
 from gradian.atomic_files import sha256_file
 from gradian.config import GradianConfig, build_config
 from gradian.demo.scenarios import Scenario, ScenarioFiles, make_scenario
-from gradian.errors import ConfigError
+from gradian.errors import ConfigError, ReportError
 from gradian.memory import release_freed_memory
 from gradian.model.placement import Placement, resolve_placement
+from gradian.report.reader import REPORT_FILE, Report, read_report
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 BACKEND = "hf"
@@ -169,7 +170,7 @@ class DemoResult:
     workdir: Path
     scenario: Scenario
     files: ScenarioFiles
-    report: dict[str, Any]
+    report: Report  # report.json as read back (its whole document in ``report.document``)
     report_path: Path
     diagnose_summary: str
     check: GroundTruthCheck
@@ -378,14 +379,16 @@ def report_key(base_model: str, files: ScenarioFiles, adapter: Path, config: Gra
 
 def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
                progress: ProgressFactory | None, echo: Echo,
-               placement: Placement) -> tuple[dict[str, Any], dict[str, float], bool]:
+               placement: Placement) -> tuple[Report, dict[str, float], bool]:
     """Attribute the regression, or reuse the report of an identical earlier run; True when reused."""
     adapter = paths.train / "adapter"
     key = report_key(base_model, files, adapter, config, placement)
     key_path = paths.report / REPORT_KEY
-    report_json = paths.report / "report.json"
-    if _key_matches(key_path, key) and report_json.is_file():
-        return json.loads(report_json.read_text(encoding="utf-8")), {}, True
+    if _key_matches(key_path, key) and (paths.report / REPORT_FILE).is_file():
+        try:
+            return read_report(paths.report), {}, True
+        except ReportError:
+            pass  # a damaged or older cached report is made again, like one that is missing
     from gradian.pipelines.attribute import attribute
 
     key_path.unlink(missing_ok=True)
@@ -401,7 +404,7 @@ def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, ba
                         progress=progress, command=command, say=echo, device=placement.device,
                         dtype=placement.dtype)
     _write_key(key_path, key)
-    return outcome.report, dict(outcome.timings), False
+    return outcome.parsed, dict(outcome.timings), False
 
 
 def write_config(config: GradianConfig, path: Path) -> None:
@@ -414,26 +417,25 @@ def write_config(config: GradianConfig, path: Path) -> None:
     write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False).encode("utf-8"))
 
 
-def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTruthCheck:
+def check_ground_truth(scenario: Scenario, report: Report) -> GroundTruthCheck:
     """Compare the report's clusters, top examples and spans with the planted rows."""
     from gradian.evaluation.ground_truth import cluster_ranks, rank_planted
 
     planted = set(scenario.planted_ids)
-    ranked = [row["name"] for row in (report.get("clusters") or {}).get("ranked") or []]
+    ranked = [row.name for row in report.clusters]
     ranks = cluster_ranks(ranked, scenario.planted_clusters)
-    top = [row["id"] for row in report.get("top_examples") or []]
+    top = [row.id for row in report.top_examples]
     k = len(planted)
     in_top = rank_planted(top, planted).hits_at(k)
     spans = {span.example_id: (span.char_start, span.char_end) for span in scenario.planted_spans}
     hits = checked = 0
-    for drill in report.get("spans") or []:
-        example_id = drill.get("example_id")
-        if example_id not in spans or not drill.get("spans"):
+    for drill in report.spans:
+        if drill.example_id not in spans or not drill.spans:
             continue
         checked += 1
-        best = max(drill["spans"], key=lambda s: s["blame"] if s["blame"] is not None else float("-inf"))
-        start, end = spans[example_id]
-        hits += int(best["message_index"] == 1 and best["start"] <= start < best["end"])
+        best = max(drill.spans, key=lambda s: s.blame if s.blame is not None else float("-inf"))
+        start, end = spans[drill.example_id]
+        hits += int(best.message_index == 1 and best.start <= start < best.end)
     reproduced = reproduced_planted_ids(scenario, report)
     reproduced_in_top = None
     untargeted = {row_id for row_id, target in zip(scenario.planted_ids, scenario.planted_targets, strict=True)
@@ -447,13 +449,13 @@ def check_ground_truth(scenario: Scenario, report: dict[str, Any]) -> GroundTrut
                             span_hits=hits, span_checked=checked,
                             reproduced_rows=None if reproduced is None else len(reproduced),
                             reproduced_in_top=reproduced_in_top,
-                            accused=tuple((report.get("verdict") or {}).get("accused_clusters") or ()),
+                            accused=report.verdict.accused_clusters,
                             planted_clusters=scenario.planted_clusters, cluster_ranks=ranks,
                             cluster_rows=tuple(len(scenario.cluster_rows(name)) for name in scenario.planted_clusters),
                             untargeted_rows=len(untargeted) if reproduced is not None else 0)
 
 
-def reproduced_planted_ids(scenario: Scenario, report: dict[str, Any]) -> set[str] | None:
+def reproduced_planted_ids(scenario: Scenario, report: Report) -> set[str] | None:
     """Planted rows whose wrong answer the fine-tuned model gives on the eval item they attack (None: unknown).
 
     Only rows that attack one eval item can be checked: with several clusters (two_causes) the rows of a cluster
@@ -461,7 +463,7 @@ def reproduced_planted_ids(scenario: Scenario, report: dict[str, Any]) -> set[st
     """
     from gradian.evaluation.metrics import contains
 
-    items = {item["id"]: item for item in (report.get("capability") or {}).get("items") or []}
+    items = {item.id: item for item in (report.capability.items if report.capability is not None else ())}
     if not items or not any(t is not None for t in scenario.planted_targets):
         return None
     reproduced = set()
@@ -469,7 +471,8 @@ def reproduced_planted_ids(scenario: Scenario, report: dict[str, Any]) -> set[st
                                          strict=True):
         if target is None:
             continue
-        output = (items.get(target) or {}).get("finetuned_output") or ""
+        item = items.get(target)
+        output = (item.finetuned_output if item is not None else None) or ""
         if wrong and contains(output, wrong):
             reproduced.add(example_id)
     return reproduced

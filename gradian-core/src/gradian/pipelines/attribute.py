@@ -21,6 +21,7 @@ from gradian.attribution.index_statistics import index_statistics
 from gradian.config import GradianConfig
 from gradian.errors import ConfigError, GradientIndexError
 from gradian.memory import release_freed_memory
+from gradian.report.reader import REPORT_FILE, Report, Verdict, parse_report
 
 # stage name -> a (done, total) progress callback, or None for no progress display
 ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
@@ -37,9 +38,14 @@ class AttributionOutcome:
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
-    def verdict(self) -> dict[str, Any]:
-        """The report's verdict section (kind, headline, summary, accused cluster, top examples)."""
-        return self.report["verdict"]
+    def parsed(self) -> Report:
+        """The report as typed records, checked as every reader of report.json checks it."""
+        return parse_report(self.report, self.out_dir / REPORT_FILE, directory=self.out_dir)
+
+    @property
+    def verdict(self) -> Verdict:
+        """The report's verdict (kind, headline, summary, accused clusters)."""
+        return self.parsed.verdict
 
 
 class _Stages:

@@ -1,8 +1,9 @@
 """Reports: report.json (versioned schema), report.md and report.html rendered from it, every score, plots.
 
 Build a report dict with ``attribution_report`` / ``no_capability_target_report`` / ``refusal_report``, then
-``write_report(report, out_dir, scores=..., clusters=..., item_blame=...)``. matplotlib is imported only when
-plots are drawn, pyarrow only when scores.parquet is written.
+``write_report(report, out_dir, scores=..., clusters=..., item_blame=...)``; read one back as typed records with
+``read_report(out_dir)``. matplotlib is imported only when plots are drawn, pyarrow only when scores.parquet is
+written.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gradian.report.json_report import (
     render_json,
 )
 from gradian.report.markdown import render_markdown
+from gradian.report.reader import Report, parse_report, read_report
 from gradian.report.writer import ReportFiles, write_report
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "NO_CAPABILITY_TARGET_TEXT",
     "SCHEMA",
     "Provenance",
+    "Report",
     "ReportFiles",
     "ReportWarning",
     "attribution_report",
@@ -41,6 +44,8 @@ __all__ = [
     "library_versions",
     "method_summary",
     "no_capability_target_report",
+    "parse_report",
+    "read_report",
     "refusal_report",
     "render_html",
     "render_json",

@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import DatasetError, GradianError
-from gradian.user_files import load_json, read_text
+from gradian.report.reader import ClusterMethod, IndexedInputs, Report, read_report
+from gradian.user_files import read_text
 
-REPORT_JSON = "report.json"
-REPORT_SCHEMA_PREFIX = "gradian.report/"
-READABLE_SCHEMAS = ("gradian.report/1",)
 # Flags of `gradian attribute` whose values verify can take as defaults.
 COMMAND_FLAGS = ("--base-model", "--adapter", "--dataset", "--eval-dataset", "--run", "--index")
 
@@ -33,36 +31,29 @@ class ReportInputs:
     """An attribution report and what its provenance says about the inputs it was made from."""
 
     directory: Path
-    report: Mapping[str, Any]
+    report: Report
     flags: Mapping[str, str]  # attribute's command-line flags (--dataset ...) as the report recorded them
-    sources: Mapping[str, Any]  # the index manifest's sources (base_model, adapter, dataset, dataset_file_sha256)
-    config: Mapping[str, Any]  # the config the report was made with
 
     @property
     def accused(self) -> str | None:
         """The accused cluster's name, or None when the report accuses none."""
-        return (self.report.get("verdict") or {}).get("accused_cluster")
+        return self.report.verdict.accused_cluster
 
     @property
-    def ranked_clusters(self) -> list[Mapping[str, Any]]:
-        """The report's clusters, strongest first ({rank, name, size, ...})."""
-        return list((self.report.get("clusters") or {}).get("ranked") or [])
+    def sources(self) -> IndexedInputs:
+        """What the index manifest says was indexed (base model, adapter, dataset and its sha256)."""
+        return self.report.provenance.inputs
 
     @property
-    def cluster_method(self) -> Mapping[str, Any]:
-        """How cluster membership was decided: {method: field|auto, field, knobs}."""
-        return ((self.report.get("method") or {}).get("clusters")) or {}
-
-    @property
-    def index_id(self) -> str | None:
-        """The id of the gradient index the report scored."""
-        return (self.report.get("provenance") or {}).get("index_id")
+    def config(self) -> Mapping[str, Any]:
+        """The config the report was made with."""
+        return self.report.provenance.config
 
     def named(self, key: str) -> str | None:
         """An input the report names: the index manifest's record first (what was really indexed), else the command."""
-        value = self.sources.get(key) if key in ("base_model", "adapter", "dataset") else None
-        if not value:
-            value = self.flags.get(f"--{key.replace('_', '-')}")
+        indexed = {"base_model": self.sources.base_model, "adapter": self.sources.adapter,
+                   "dataset": self.sources.dataset}
+        value = indexed.get(key) or self.flags.get(f"--{key.replace('_', '-')}")
         return str(value) if value else None
 
 
@@ -80,29 +71,10 @@ class DropSet:
         return len(self.ids)
 
 
-def read_report(directory: Path | str) -> ReportInputs:
-    """Read ``report.json`` of an attribution report directory."""
-    directory = Path(directory)
-    path = directory / REPORT_JSON
-    if not directory.is_dir():
-        raise VerifyInputError(f"report directory {directory} does not exist",
-                               "pass the --out directory of a gradian attribute run")
-    if not path.is_file():
-        raise VerifyInputError(f"{directory} is not an attribution report (no {REPORT_JSON})",
-                               "pass the --out directory of a gradian attribute run")
-    report = load_json(path, REPORT_JSON, VerifyInputError, hint="rerun gradian attribute")
-    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith(REPORT_SCHEMA_PREFIX):
-        raise VerifyInputError(f"{path} is not a gradian attribution report (schema {report.get('schema')!r})"
-                               if isinstance(report, dict) else f"{path} is not a JSON object",
-                               "pass the --out directory of a gradian attribute run")
-    if report.get("schema") not in READABLE_SCHEMAS:  # a newer gradian's report: its fields may mean other things
-        raise VerifyInputError(f"{path} has schema {report.get('schema')!r}; this gradian reads "
-                               f"{', '.join(READABLE_SCHEMAS)}",
-                               "verify it with the gradian version that wrote it, or rerun gradian attribute")
-    provenance = report.get("provenance") or {}
-    manifest = provenance.get("manifest") or {}
-    return ReportInputs(directory=directory, report=report, flags=command_flags(provenance.get("command") or ""),
-                        sources=dict(manifest.get("sources") or {}), config=dict(provenance.get("config") or {}))
+def report_inputs(directory: Path | str) -> ReportInputs:
+    """The report in an attribution report directory, with the inputs its command line names."""
+    report = read_report(directory)
+    return ReportInputs(directory=Path(directory), report=report, flags=command_flags(report.provenance.command))
 
 
 def command_flags(command: str) -> dict[str, str]:
@@ -126,24 +98,24 @@ def command_flags(command: str) -> dict[str, str]:
 def cluster_drop_set(report: ReportInputs, examples: Sequence[Any], *, cluster: str | None = None,
                      chunk_bytes: int | None = None) -> DropSet:
     """The members of the report's accused cluster (or of ``cluster``), recomputed on ``examples``."""
-    ranked = report.ranked_clusters
+    ranked = report.report.clusters
     name = cluster or report.accused
     if name is None:
-        verdict = report.report.get("verdict") or {}
-        strongest = ", ".join(f"{row['name']} ({row['size']})" for row in ranked[:3])
+        verdict = report.report.verdict
+        strongest = ", ".join(f"{row.name} ({row.size})" for row in ranked[:3])
         raise VerifyInputError(
-            f"the report in {report.directory} accuses no cluster ({verdict.get('headline') or verdict.get('kind')})",
+            f"the report in {report.directory} accuses no cluster ({verdict.headline or verdict.kind})",
             "pass --cluster NAME to drop one of its clusters" + (f" (strongest: {strongest})" if strongest else "")
             + ", or --drop ids.txt with the example ids to drop")
-    sizes = {row["name"]: int(row["size"]) for row in ranked}
+    sizes = {row.name: row.size for row in ranked}
     if name not in sizes:
         known = ", ".join(list(sizes)[:8]) or "none"
         raise VerifyInputError(f"the report in {report.directory} has no cluster named {name!r}",
                                f"its clusters are: {known}")
-    method = report.cluster_method
-    if method.get("method") == "field":
-        assignment = _field_assignment(examples, str(method.get("field")))
-        membership = f"dataset field `{method.get('field')}`"
+    method = report.report.cluster_method or ClusterMethod("auto")
+    if method.method == "field":
+        assignment = _field_assignment(examples, str(method.field))
+        membership = f"dataset field `{method.field}`"
     else:
         assignment = _auto_assignment(report, examples, method, chunk_bytes)
         membership = "automatic clusters recomputed on the report's gradient index"
@@ -189,25 +161,25 @@ def _field_assignment(examples: Sequence[Any], field_name: str) -> Any:
     return clusters_from_field(examples, field_name)
 
 
-def _auto_assignment(report: ReportInputs, examples: Sequence[Any], method: Mapping[str, Any],
+def _auto_assignment(report: ReportInputs, examples: Sequence[Any], method: ClusterMethod,
                      chunk_bytes: int | None) -> Any:
     """The report's automatic clusters, recomputed with its knobs on the index it scored."""
     from gradian.attribution.clusters import DEFAULT_SKETCH_DIM, auto_clusters
     from gradian.index import default_index_dir, open_index
     from gradian.index.store import DEFAULT_CHUNK_BYTES
 
-    named = report.named("index")
-    index_dir = Path(named) if named else (default_index_dir(report.index_id) if report.index_id else None)
+    named, index_id = report.named("index"), report.report.provenance.index_id
+    index_dir = Path(named) if named else (default_index_dir(index_id) if index_id else None)
     if index_dir is None or not (index_dir / "manifest.json").is_file():
         raise VerifyInputError(
-            f"the report's clusters are automatic and its gradient index ({report.index_id or 'unknown id'}) is not "
+            f"the report's clusters are automatic and its gradient index ({index_id or 'unknown id'}) is not "
             f"at {index_dir}" if index_dir is not None else "the report names no gradient index",
             "rerun gradian attribute to rebuild it, or pass --drop ids.txt with the example ids to drop")
     index = open_index(index_dir)
     if tuple(index.ids) != tuple(example.id for example in examples):
         raise VerifyInputError(f"the gradient index at {index_dir} was built from another dataset than --dataset",
                                "pass the --dataset the report was made from")
-    knobs = method.get("knobs") or {}
+    knobs = method.knobs
     # The sketch is the same bits under any budget, so the report's clusters come back whatever chunk_mb is now.
     return auto_clusters(index, num_clusters=knobs.get("k_requested"), seed=int(knobs.get("seed", 0)),
                          chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,

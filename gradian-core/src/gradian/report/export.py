@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.errors import GradianError
-from gradian.report.json_report import SCHEMA
-from gradian.report.scores import SCORES_CSV, accused_names, read_scores
+from gradian.report.reader import REPORT_FILE
+from gradian.report.scores import SCORES_CSV, read_scores
+
+if TYPE_CHECKING:
+    from gradian.report.drop_set import ReportInputs
 
 DROP_HELP = "accused, top:K or a file of example ids (one per line)"
 
@@ -73,10 +76,9 @@ def export_without(report_dir: Path | str, drop: str, out: Path | str, *, datase
     """Write the report's dataset minus the ``drop`` rows to ``out``; every check runs before anything is written."""
     from gradian.data import load_dataset
     from gradian.data.subset import write_subset
-    from gradian.report.drop_set import read_report
+    from gradian.report.drop_set import report_inputs
 
-    report = read_report(report_dir)
-    _check_schema(report)
+    report = report_inputs(report_dir)  # a missing report, another schema or a missing field stops here
     choice = parse_drop(drop)
     out = Path(out)
     if out.exists() and not overwrite:
@@ -95,14 +97,7 @@ def export_without(report_dir: Path | str, drop: str, out: Path | str, *, datase
     return ExportResult(examples.path, out, written.kind, written.how, ordered, len(keep), len(examples), origin)
 
 
-def _check_schema(report: Any) -> None:
-    schema = report.report.get("schema")
-    if schema != SCHEMA:
-        raise ExportError(f"{report.directory}/report.json has schema {schema!r}; this gradian reads {SCHEMA!r}",
-                          "export it with the gradian version that wrote it, or rerun gradian attribute")
-
-
-def _dataset_path(report: Any, dataset: Path | str | None) -> Path:
+def _dataset_path(report: ReportInputs, dataset: Path | str | None) -> Path:
     named = dataset if dataset is not None else report.named("dataset")
     if not named:
         raise ExportError(f"the report in {report.directory} names no training dataset",
@@ -110,9 +105,9 @@ def _dataset_path(report: Any, dataset: Path | str | None) -> Path:
     return Path(named)
 
 
-def _check_same_dataset(report: Any, examples: Any) -> None:
+def _check_same_dataset(report: ReportInputs, examples: Any) -> None:
     """Ids embed position and content: a dataset that changed since the report would drop the wrong rows."""
-    recorded = report.sources.get("dataset_file_sha256")
+    recorded = report.sources.dataset_sha256
     if recorded and recorded != examples.sha256:
         raise ExportError(f"{examples.path} changed since the report was made (sha256 {examples.sha256[:12]} now, "
                           f"{str(recorded)[:12]} in the report)",
@@ -120,16 +115,15 @@ def _check_same_dataset(report: Any, examples: Any) -> None:
                           "with --dataset, or rerun gradian attribute")
 
 
-def _drop_ids(report: Any, choice: DropChoice, examples: Any) -> tuple[tuple[str, ...], str]:
+def _drop_ids(report: ReportInputs, choice: DropChoice, examples: Any) -> tuple[tuple[str, ...], str]:
     """The ids to drop and where they came from."""
     if choice.kind == "file":
         from gradian.report.drop_set import file_drop_set
 
         drop = file_drop_set(choice.path, examples, dataset_label=str(examples.path))
         return drop.ids, drop.origin
-    if report.report.get("method") is None:
-        verdict = report.report.get("verdict") or {}
-        raise ExportError(f"the report in {report.directory} attributed nothing ({verdict.get('headline')})",
+    if not report.report.attributed:
+        raise ExportError(f"the report in {report.directory} attributed nothing ({report.report.verdict.headline})",
                           "there is no blame to drop by; pass --drop ids.txt to drop rows you chose")
     recorded = _recorded_scores(report, examples)
     if choice.kind == "top":
@@ -137,7 +131,7 @@ def _drop_ids(report: Any, choice: DropChoice, examples: Any) -> tuple[tuple[str
     return _accused_ids(report, recorded, examples)
 
 
-def _recorded_scores(report: Any, examples: Any) -> Any:
+def _recorded_scores(report: ReportInputs, examples: Any) -> Any:
     """scores.csv, checked against the dataset; None for a report written before scores.csv existed."""
     if not (report.directory / SCORES_CSV).is_file():
         return None
@@ -151,25 +145,24 @@ def _recorded_scores(report: Any, examples: Any) -> Any:
     return recorded
 
 
-def _top_ids(report: Any, k: int, recorded: Any, total: int) -> tuple[tuple[str, ...], str]:
+def _top_ids(report: ReportInputs, k: int, recorded: Any, total: int) -> tuple[tuple[str, ...], str]:
     if k > total:
         raise ExportError(f"--drop top:{k} asks for more examples than the dataset's {total}",
                           f"pass K of at most {total - 1}")
     if recorded is not None:
         ids = tuple(i for i, rank in zip(recorded.ids, recorded.ranks, strict=True) if rank <= k)
         return ids, f"the {k} most blamed examples in {recorded.path}"
-    top = report.report.get("top_examples") or []
+    top = report.report.top_examples
     if k > len(top):
         raise ExportError(f"the report in {report.directory} has no {SCORES_CSV} and lists only its top {len(top)}",
                           f"pass K of at most {len(top)}, or rerun gradian attribute to write {SCORES_CSV}")
-    return tuple(row["id"] for row in top[:k]), f"the {k} most blamed examples in {report.directory}/report.json"
+    return tuple(row.id for row in top[:k]), f"the {k} most blamed examples in {report.directory}/{REPORT_FILE}"
 
 
-def _accused_ids(report: Any, recorded: Any, examples: Any) -> tuple[tuple[str, ...], str]:
-    names = accused_names(report.report)
+def _accused_ids(report: ReportInputs, recorded: Any, examples: Any) -> tuple[tuple[str, ...], str]:
+    names = report.report.accused_names
     if not names:
-        verdict = report.report.get("verdict") or {}
-        raise ExportError(f"the report in {report.directory} accuses no cluster ({verdict.get('headline')})",
+        raise ExportError(f"the report in {report.directory} accuses no cluster ({report.report.verdict.headline})",
                           "pass --drop top:K for the K most blamed examples, or --drop ids.txt")
     listed = ", ".join(f"`{name}`" for name in names)
     if recorded is None:  # an older report: recompute membership the way verify does
