@@ -68,9 +68,9 @@ def test_demo_api_indexes_scores_and_checks_the_ground_truth(tiny_base_dir, tmp_
     from gradian.checking.verify import plan_verify
 
     plan = plan_verify(out=tmp_path / "verify", report_dir=tmp_path / "w" / "report", controls=1)
-    # The report records the config it ran with: grads.loss_mask auto as it resolved for this run (gradian train
-    # supervises assistant turns).
-    resolved = config.replace(grads=dataclasses.replace(config.grads, loss_mask="assistant"))
+    # The report records the config it ran with: grads.loss_mask and string_pairs auto as they resolved for this run
+    # (gradian train supervises assistant turns and renders string pairs through the template).
+    resolved = config.replace(grads=dataclasses.replace(config.grads, loss_mask="assistant", string_pairs="template"))
     assert plan.eval_dataset == tmp_path / "w" / "scenario" / "eval.jsonl" and plan.config == resolved
 
 
