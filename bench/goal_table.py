@@ -1,0 +1,137 @@
+"""Issue 12's goal table: what the shipped defaults' report says on each finished demo case, against the planted truth.
+
+Each case is a ``gradian demo`` work dir named ``[PREFIX-]KIND-SEED`` (e.g. ``lr5e4-fact-3``), attributed with the
+defaults under test (its report's provenance holds the config). Per case: the capability delta, recall@k and AUPRC
+of the whole blame vector (scores.csv), whether the verdict accuses the planted cluster(s) and nothing else (a clean
+control: nothing), and span top-1 localization. Seeds 0-2 tuned the defaults; seeds 3-5 are held out, and the goal
+rows are computed on them only.
+
+    .venv/bin/python bench/goal_table.py --cases /work/bench-cases lr5e4-fact-3 lr5e4-format-3 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results" / "goal_table"
+HELD_OUT_SEEDS = (3, 4, 5)
+
+
+def case_name(directory: Path) -> tuple[str, int]:
+    """The scenario kind and seed a case dir is named after."""
+    kind, seed = directory.name.rsplit("-", 2)[-2:]
+    return kind, int(seed)
+
+
+def blame_vector(report_dir: Path, rows: int) -> np.ndarray:
+    """Every training row's blame by position, from the report's scores.csv."""
+    blame = np.full(rows, np.nan)
+    with (report_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            blame[int(row["position"])] = float(row["blame"])
+    if np.isnan(blame).any():
+        raise SystemExit(f"{report_dir}/scores.csv lacks {int(np.isnan(blame).sum())} of {rows} rows")
+    return blame
+
+
+def score_case(directory: Path) -> dict[str, Any]:
+    """One case's row of the table."""
+    from gradian.demo.run import check_ground_truth, reproduced_planted_ids
+    from gradian.demo.scenarios import make_scenario
+    from gradian.report.reader import read_report
+
+    kind, seed = case_name(directory)
+    scenario = make_scenario(kind, seed)
+    report = read_report(directory / "report")
+    check = check_ground_truth(scenario, report)
+    capability = report.capability
+    row: dict[str, Any] = {
+        "case": directory.name, "kind": kind, "seed": seed, "held_out": seed in HELD_OUT_SEEDS,
+        "verdict": report.verdict.kind, "accused": list(check.accused),
+        "planted_clusters": list(check.planted_clusters), "verdict_right": check.verdict_right,
+        "delta": capability.delta if capability else None,
+        "ci": [capability.ci_low, capability.ci_high] if capability else None,
+        "checkpoints": report.provenance.config.get("attribution", {}).get("checkpoints", 1),  # absent: before the ensemble
+        "span_hits": check.span_hits, "span_checked": check.span_checked,
+    }
+    scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it
+    if scenario.planted_rows and scored and report.verdict.kind in ("attributed", "no_capability_target"):
+        truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
+        row.update(truth.score(blame_vector(directory / "report", len(scenario.train))))
+    return row
+
+
+def _number(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _accused(row: dict[str, Any]) -> str:
+    accused = ", ".join(f"`{name}`" for name in row["accused"]) or "nothing"
+    right = {True: "right", False: "wrong", None: "-"}[row["verdict_right"]]
+    return f"{accused} ({right})"
+
+
+def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
+    """Per kind, over the held-out seeds only: mean and worst recall@k, verdicts right, span top-1."""
+    lines = ["| kind (held-out seeds) | cases | mean recall@k (goal >= 0.9) | worst (goal >= 0.75) | verdict right "
+             "| span top-1 (goal >= 90%) |", "|---|---|---|---|---|---|"]
+    for kind in sorted({c["kind"] for c in cases if c["held_out"]}):
+        rows = [c for c in cases if c["held_out"] and c["kind"] == kind]
+        recalls = [c["recall_at_k"] for c in rows if "recall_at_k" in c]
+        right = [c["verdict_right"] for c in rows if c["verdict_right"] is not None]
+        hits, checked = sum(c["span_hits"] for c in rows), sum(c["span_checked"] for c in rows)
+        lines.append(f"| {kind} | {len(rows)} | {_number(np.mean(recalls)) if recalls else '-'} | "
+                     f"{_number(min(recalls)) if recalls else '-'} | {sum(right)}/{len(right)} | "
+                     f"{f'{hits}/{checked} ({hits / checked:.0%})' if checked else '-'} |")
+    return lines
+
+
+def markdown(cases: list[dict[str, Any]], command: str) -> str:
+    """Every case, tuning and held-out, then the goal rows over the held-out seeds."""
+    lines = ["# Issue 12 goal table: the shipped defaults on finished demo cases", "", f"`{command}`", "",
+             "| case | split | checkpoints | delta [95% CI] | recall@k | AUPRC | planted clusters' worst rank | accused "
+             "(verdict) | span top-1 |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        ci = f" [{_number(c['ci'][0])}, {_number(c['ci'][1])}]" if c["ci"] else ""
+        spans = f"{c['span_hits']}/{c['span_checked']}" if c["span_checked"] else "-"
+        lines.append(f"| {c['case']} | {'held-out' if c['held_out'] else 'tuning'} | {c['checkpoints']} | "
+                     f"{_number(c['delta'], 3)}{ci} | {_number(c.get('recall_at_k'))} | {_number(c.get('auprc'))} | "
+                     f"{c.get('cluster_rank', '-')} | {_accused(c)} | {spans} |")
+    lines += ["", "## Goals, held-out seeds only", ""]
+    lines += goal_rows(cases) if any(c["held_out"] for c in cases) else ["No held-out case has finished yet."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score each named case and write bench/results/goal_table.json and .md."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=Path, required=True, help="the directory holding the case work dirs")
+    parser.add_argument("names", nargs="+", help="case dirs, e.g. lr5e4-fact-3 clean-0")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    missing = [name for name in args.names if not (args.cases / name / "report" / "report.json").is_file()]
+    if missing:
+        print(f"goal_table: no finished report under {args.cases} for {', '.join(missing)}", file=sys.stderr)
+        return 2
+    cases = [score_case(args.cases / name) for name in args.names]
+    command = "python bench/goal_table.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = markdown(cases, command)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
