@@ -26,12 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.data.examples import Example, Message
 from gradian.data.loss_mask import DEFAULT_LOSS_MASK, LOSS_MASKS
 from gradian.data.rendering import TurnSpan, bos_prefix, locate_turns, make_renderer
 from gradian.errors import ConfigError, ModelError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 IGNORE_INDEX = -100
 
@@ -76,8 +79,8 @@ class Encoded:
         return (hits[0], hits[-1] + 1) if hits else (0, 0)
 
 
-def encode(example: Example, tokenizer: Any, max_seq_length: int, loss_mask: str = DEFAULT_LOSS_MASK,
-           pairs: str = "template") -> Encoded:
+def encode(example: Example, tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
+           loss_mask: str = DEFAULT_LOSS_MASK, pairs: str = "template") -> Encoded:
     """Tokenize an example and mask everything but its supervised assistant turns (end-of-turn included).
 
     ``loss_mask`` ``completion`` or ``all`` supervises every token after the prompt, or every token, instead;
@@ -94,14 +97,14 @@ def encode(example: Example, tokenizer: Any, max_seq_length: int, loss_mask: str
     return _encode_messages(example.messages, supervise, tokenizer, max_seq_length, example.location)
 
 
-def encode_answer(prompt_messages: Sequence[Message | Mapping[str, str]], answer_text: str, tokenizer: Any,
-                  max_seq_length: int) -> Encoded:
+def encode_answer(prompt_messages: Sequence[Message | Mapping[str, str]], answer_text: str,
+                  tokenizer: PreTrainedTokenizerBase, max_seq_length: int) -> Encoded:
     """Encode prompt + one assistant answer with only the answer (and its end-of-turn) supervised."""
     messages = (*_as_messages(prompt_messages), Message("assistant", answer_text))
     return _encode_messages(messages, [len(messages) - 1], tokenizer, max_seq_length, "<answer>")
 
 
-def encode_prompt(messages: Sequence[Message | Mapping[str, str]], tokenizer: Any) -> list[int]:
+def encode_prompt(messages: Sequence[Message | Mapping[str, str]], tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Token ids of the prompt followed by the assistant generation prompt, ready for ``generate``."""
     render = make_renderer(tokenizer, "<prompt>")
     text = render(_as_messages(messages), True)
@@ -118,7 +121,8 @@ def _check_length(max_seq_length: int) -> None:
                           "set grads.max_seq_length (or train.max_seq_length) to 1 or more")
 
 
-def _tokenize(text: str, tokenizer: Any, *, offsets: bool) -> tuple[list[int], list[tuple[int, int]]]:
+def _tokenize(text: str, tokenizer: PreTrainedTokenizerBase, *,
+              offsets: bool) -> tuple[list[int], list[tuple[int, int]]]:
     try:
         encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=offsets)
     except NotImplementedError:
@@ -128,7 +132,7 @@ def _tokenize(text: str, tokenizer: Any, *, offsets: bool) -> tuple[list[int], l
     return ids, [tuple(pair) for pair in encoding["offset_mapping"]] if offsets else []
 
 
-def special_ids(tokenizer: Any) -> set[int]:
+def special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     """Ids of every special token (EOS, end-of-turn markers registered as added special tokens...)."""
     ids = set(getattr(tokenizer, "all_special_ids", ()) or ())
     for token_id, token in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).items():
@@ -137,8 +141,8 @@ def special_ids(tokenizer: Any) -> set[int]:
     return ids
 
 
-def _encode_messages(messages: Sequence[Message], supervise: list[int], tokenizer: Any, max_seq_length: int,
-                     location: str) -> Encoded:
+def _encode_messages(messages: Sequence[Message], supervise: list[int], tokenizer: PreTrainedTokenizerBase,
+                     max_seq_length: int, location: str) -> Encoded:
     _check_length(max_seq_length)
     render = make_renderer(tokenizer, location)
     full = render(messages, False)
@@ -146,7 +150,7 @@ def _encode_messages(messages: Sequence[Message], supervise: list[int], tokenize
     return _mask(full, spans, tokenizer, max_seq_length)
 
 
-def _encode_wide(messages: Sequence[Message], loss_mask: str, tokenizer: Any, max_seq_length: int,
+def _encode_wide(messages: Sequence[Message], loss_mask: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
                  location: str) -> Encoded:
     """The ``completion`` / ``all`` masks: one segment from the prompt's end (or the start) to the last token."""
     if loss_mask not in LOSS_MASKS:
@@ -166,7 +170,8 @@ def _encode_wide(messages: Sequence[Message], loss_mask: str, tokenizer: Any, ma
     return mask_tokens(ids, offsets, [span], special_ids(tokenizer), max_seq_length, ranges=[(start, len(ids))])
 
 
-def _encode_raw_pair(prompt: str, completion: str, loss_mask: str, tokenizer: Any, max_seq_length: int) -> Encoded:
+def _encode_raw_pair(prompt: str, completion: str, loss_mask: str, tokenizer: PreTrainedTokenizerBase,
+                     max_seq_length: int) -> Encoded:
     """TRL's SFTTrainer on string prompt/completion: ``tokenizer(prompt + completion + EOS)`` (its special tokens
     included), the completion starting where that and ``tokenizer(prompt)`` diverge; ``all`` supervises every token."""
     _check_length(max_seq_length)
@@ -187,7 +192,7 @@ def _encode_raw_pair(prompt: str, completion: str, loss_mask: str, tokenizer: An
     return mask_tokens(ids, offsets, [span], special_ids(tokenizer), max_seq_length, ranges=[(start, len(ids))])
 
 
-def _encode_text(text: str, tokenizer: Any, max_seq_length: int) -> Encoded:
+def _encode_text(text: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int) -> Encoded:
     _check_length(max_seq_length)
     start = len(bos := bos_prefix(tokenizer))
     full = bos + text + (getattr(tokenizer, "eos_token", None) or "")
@@ -216,7 +221,7 @@ def _turn_tokens(span: TurnSpan, ids: list[int], offsets: list[tuple[int, int]],
     return start, end
 
 
-def _mask(full: str, spans: list[TurnSpan], tokenizer: Any, max_seq_length: int) -> Encoded:
+def _mask(full: str, spans: list[TurnSpan], tokenizer: PreTrainedTokenizerBase, max_seq_length: int) -> Encoded:
     ids, offsets = _tokenize(full, tokenizer, offsets=True)
     return mask_tokens(ids, offsets, spans, special_ids(tokenizer), max_seq_length)
 

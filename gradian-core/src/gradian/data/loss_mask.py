@@ -23,7 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradian.config import GradsConfig
+    from gradian.records import RunConfig
 
 LOSS_MASKS: tuple[str, ...] = ("assistant", "completion", "all")
 PAIR_RENDERINGS: tuple[str, ...] = ("template", "raw")
@@ -42,7 +46,7 @@ class LossMaskChoice:
     source: str | None = None
 
 
-def mask_of_run(run_config: Any, formats: Iterable[str]) -> tuple[str | None, str]:
+def mask_of_run(run_config: RunConfig | None, formats: Iterable[str]) -> tuple[str | None, str]:
     """The mask a run trained with (None when its config does not say) and the setting that says so."""
     framework = getattr(run_config, "framework", None)
     recorded = getattr(run_config, "loss_mask", None)
@@ -60,7 +64,7 @@ def mask_of_run(run_config: Any, formats: Iterable[str]) -> tuple[str | None, st
     return None, "the run's config does not say which tokens the loss covers"
 
 
-def resolve_loss_mask(setting: str, run_config: Any = None, formats: Iterable[str] = (),
+def resolve_loss_mask(setting: str, run_config: RunConfig | None = None, formats: Iterable[str] = (),
                       source: str | None = None) -> LossMaskChoice:
     """The concrete mask for ``grads.loss_mask`` (``auto`` follows ``run_config``; None when there is no run)."""
     if setting != "auto":
@@ -73,13 +77,13 @@ def resolve_loss_mask(setting: str, run_config: Any = None, formats: Iterable[st
     return LossMaskChoice(mode, reason, source)
 
 
-def concrete_loss_mask(grads: Any) -> str:
+def concrete_loss_mask(grads: GradsConfig) -> str:
     """grads.loss_mask as encode() takes it: ``auto`` left unresolved (no run to follow) is the default mask."""
     mode = getattr(grads, "loss_mask", "assistant")
     return "assistant" if mode == "auto" else mode
 
 
-def resolve_pair_rendering(setting: str, run_config: Any = None) -> tuple[str, str]:
+def resolve_pair_rendering(setting: str, run_config: RunConfig | None = None) -> tuple[str, str]:
     """The concrete ``grads.string_pairs`` and why (``auto`` follows ``run_config``; None when there is no run)."""
     if setting != "auto":
         return setting, f"grads.string_pairs is {setting}"
@@ -89,12 +93,12 @@ def resolve_pair_rendering(setting: str, run_config: Any = None) -> tuple[str, s
     return "template", "string prompt/completion rows go through the chat template (gradian train's rendering)"
 
 
-def concrete_encoding(grads: Any) -> dict[str, str]:
+def concrete_encoding(grads: GradsConfig) -> dict[str, str]:
     """encode()'s ``loss_mask`` and ``pairs`` from a grads section, ``auto`` left unresolved taken as the default."""
     return {"loss_mask": concrete_loss_mask(grads), "pairs": concrete_pair_rendering(grads)}
 
 
-def concrete_pair_rendering(grads: Any) -> str:
+def concrete_pair_rendering(grads: GradsConfig) -> str:
     """grads.string_pairs as encode() takes it: ``auto`` left unresolved (no run to follow) is ``template``."""
     mode = getattr(grads, "string_pairs", "template")
     return "template" if mode == "auto" else mode

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.data.examples import Message
 from gradian.errors import DatasetError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PLAIN_ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
 
@@ -50,7 +53,7 @@ class TurnSpan:
     content_shift: int
 
 
-def bos_prefix(tokenizer: Any) -> str:
+def bos_prefix(tokenizer: PreTrainedTokenizerBase) -> str:
     """The BOS string the tokenizer adds on its own (``add_special_tokens=True``), or "" when it adds none."""
     bos = getattr(tokenizer, "bos_token", None)
     if not bos:
@@ -61,12 +64,12 @@ def bos_prefix(tokenizer: Any) -> str:
     return bos if adds_bos else ""
 
 
-def has_chat_template(tokenizer: Any) -> bool:
+def has_chat_template(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether the tokenizer carries a chat template (otherwise the plain format is used)."""
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def make_renderer(tokenizer: Any, location: str) -> Render:
+def make_renderer(tokenizer: PreTrainedTokenizerBase, location: str) -> Render:
     """A function rendering messages (with or without the generation prompt) the way this tokenizer does."""
     if has_chat_template(tokenizer):
         def render_template(messages: Sequence[Message], add_generation_prompt: bool) -> str:

@@ -7,7 +7,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gradian.errors import RunDirError
+from gradian.plugins import get_plugins
 from gradian.records import RunArtifact, RunLogReaderSpec
+from gradian.runs.run_config import load_run_config, read_run_with_config
+from gradian.user_files import absent
 
 
 def _confidence(reader: RunLogReaderSpec, path: Path) -> float:
@@ -20,8 +23,6 @@ def _confidence(reader: RunLogReaderSpec, path: Path) -> float:
 def check_run_dir(path: Path) -> None:
     """RunDirError unless ``path`` is an existing directory."""
     if not path.exists():
-        from gradian.user_files import absent
-
         raise RunDirError(f"run directory {path} {absent(path)}", "pass the output_dir your trainer wrote to --run")
     if not path.is_dir():
         raise RunDirError(f"--run {path} is a file, not a directory", f"pass the directory that holds it: --run {path.parent}")
@@ -49,14 +50,10 @@ def read_run(path: Path, run_format: str | None = None, readers: Mapping[str, Ru
              run_config: Path | None = None) -> RunArtifact:
     """Read a run directory into a RunArtifact with the selected reader, or the one of ``run_config``'s trainer."""
     if run_config is not None:
-        from gradian.runs.run_config import load_run_config, read_run_with_config
-
         config = load_run_config(run_config)
         check_run_dir(Path(path))
         return read_run_with_config(Path(path), config, run_format)
     if readers is None:
-        from gradian.plugins import get_plugins
-
         readers = get_plugins().run_log_readers()
     reader = select_reader(Path(path), readers, run_format)
     artifact = reader.read(Path(path))

@@ -7,6 +7,7 @@ model card README's "Training hyperparameters" / "Training results" / "Framework
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from gradian.runs.artifact_builder import (
     metric_point,
     read_json_file,
 )
+from gradian.runs.restricted_unpickler import PickledObject, class_name, load_restricted, to_plain
 from gradian.user_files import load_yaml
 
 TRAINER_STATE = "trainer_state.json"
@@ -166,10 +168,6 @@ def apply_trainer_state(builder: ArtifactBuilder, path: Path) -> None:
 
 def read_training_args(path: Path) -> tuple[dict[str, Any], str]:
     """The fields of a pickled TrainingArguments (and its class name), read without executing anything."""
-    import pickle
-
-    from gradian.runs.restricted_unpickler import PickledObject, class_name, load_restricted, to_plain
-
     try:
         obj = load_restricted(path)
         is_args = isinstance(obj, PickledObject) and "learning_rate" in obj and "output_dir" in obj

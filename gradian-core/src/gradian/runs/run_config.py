@@ -14,6 +14,7 @@ from typing import Any
 
 from gradian.errors import RunDirError
 from gradian.records import RunArtifact
+from gradian.runs import axolotl, llamafactory
 from gradian.user_files import parse_json, parse_yaml, read_text
 
 _NAMED = {"axolotl": "an axolotl", "llamafactory": "a LLaMA-Factory"}
@@ -43,12 +44,9 @@ def _parse(path: Path, text: str) -> Any:
 
 def _reader_of(data: Any) -> str | None:
     """Which trainer wrote this config, by the keys only that trainer's configs have."""
-    from gradian.runs.axolotl import looks_like_axolotl
-    from gradian.runs.llamafactory import looks_like_llamafactory
-
-    if looks_like_axolotl(data):
+    if axolotl.looks_like_axolotl(data):
         return "axolotl"
-    if looks_like_llamafactory(data):
+    if llamafactory.looks_like_llamafactory(data):
         return "llamafactory"
     return None
 
@@ -72,9 +70,5 @@ def read_run_with_config(run_dir: Path, config: RunConfigFile, run_format: str |
         raise RunDirError(f"--run-config {config.path} is {_NAMED[config.reader]} config, but --run-format is {run_format}",
                           f"drop --run-format, or pass --run-format {config.reader}")
     if config.reader == "axolotl":
-        from gradian.runs import axolotl
-
         return axolotl.read_with_config(run_dir, config.data, config.path, 1)
-    from gradian.runs import llamafactory
-
     return llamafactory.read_with_config(run_dir, (config.data, config.path))

@@ -9,16 +9,26 @@ to ``training_args.bin``), the parent of a ``checkpoint-N`` adapter, or ``gradia
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.data.loss_mask import LossMaskChoice, resolve_loss_mask, resolve_pair_rendering
 from gradian.errors import RunDirError
+from gradian.runs import read_run
+from gradian.runs.hf_trainer import TRAINER_STATE, TRAINING_ARGS, checkpoints
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from gradian.config import GradianConfig
+    from gradian.data.examples import Example
+    from gradian.records import RunArtifact
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +61,6 @@ def run_dir_of_adapter(adapter_dir: Path | str | None) -> Path | None:
     if _CHECKPOINT.match(adapter_dir.name):
         candidates.append(adapter_dir.parent)
     candidates.append(adapter_dir.parent / "run")  # gradian train: out/adapter beside out/run
-    from gradian.runs.hf_trainer import TRAINER_STATE, TRAINING_ARGS
-
     markers = (TRAINER_STATE, TRAINING_ARGS, "training_args.yaml", "trainer_log.jsonl", "run.json")
     for candidate in candidates:
         if candidate.is_dir() and any((candidate / name).is_file() for name in markers):
@@ -60,13 +68,11 @@ def run_dir_of_adapter(adapter_dir: Path | str | None) -> Path | None:
     return None
 
 
-def read_run_of_adapter(adapter_dir: Path | str | None) -> Any:
+def read_run_of_adapter(adapter_dir: Path | str | None) -> RunArtifact | None:
     """The RunArtifact of the run an adapter belongs to, or None (no run there, or one no reader understands)."""
     run_dir = run_dir_of_adapter(adapter_dir)
     if run_dir is None:
         return None
-    from gradian.runs import read_run
-
     try:
         return read_run(run_dir)
     except RunDirError as error:  # auto then falls back to the default mask; diagnose --run reports the error
@@ -74,12 +80,12 @@ def read_run_of_adapter(adapter_dir: Path | str | None) -> Any:
         return None
 
 
-def run_formats(examples: Iterable[Any]) -> set[str]:
+def run_formats(examples: Iterable[Example]) -> set[str]:
     """The row formats of a dataset (TRL's mask depends on whether its rows are prompt/completion)."""
     return {getattr(example, "format", "messages") for example in examples}
 
 
-def loss_mask_for(setting: str, run: Any, examples: Sequence[Any]) -> LossMaskChoice:
+def loss_mask_for(setting: str, run: RunArtifact | None, examples: Sequence[Example]) -> LossMaskChoice:
     """``grads.loss_mask`` made concrete: ``auto`` follows ``run`` (a RunArtifact or None)."""
     if run is None:
         return resolve_loss_mask(setting)
@@ -87,10 +93,9 @@ def loss_mask_for(setting: str, run: Any, examples: Sequence[Any]) -> LossMaskCh
     return resolve_loss_mask(setting, run.config, run_formats(examples), source)
 
 
-def with_loss_mask(config: Any, run: Any, examples: Sequence[Any]) -> tuple[Any, LossMaskChoice]:
+def with_loss_mask(config: GradianConfig, run: RunArtifact | None,
+                   examples: Sequence[Example]) -> tuple[GradianConfig, LossMaskChoice]:
     """``config`` with ``grads.loss_mask`` and ``grads.string_pairs`` made concrete from ``run``, and the mask choice."""
-    import dataclasses
-
     choice = loss_mask_for(config.grads.loss_mask, run, examples)
     pairs, _ = resolve_pair_rendering(config.grads.string_pairs, run.config if run is not None else None)
     return config.replace(grads=dataclasses.replace(config.grads, loss_mask=choice.mode, string_pairs=pairs)), choice
@@ -100,8 +105,6 @@ def checkpoint_dirs(run_dir: Path | None) -> list[Path]:
     """A run's checkpoint-N dirs, newest first."""
     if run_dir is None or not run_dir.is_dir():
         return []
-    from gradian.runs.hf_trainer import checkpoints
-
     return list(reversed(checkpoints(run_dir)))
 
 
@@ -140,8 +143,9 @@ def find_saved_template(dirs: Sequence[Path]) -> tuple[str, Path] | None:
     return next((found for d in dirs if (found := saved_template(d)) is not None), None)
 
 
-def apply_saved_files(tokenizer: Any, base_source: str, dirs: Sequence[Path],
-                      load: Any) -> tuple[Any, TokenizerChoice]:
+def apply_saved_files(tokenizer: PreTrainedTokenizerBase, base_source: str, dirs: Sequence[Path],
+                      load: Callable[[Path], PreTrainedTokenizerBase]
+                      ) -> tuple[PreTrainedTokenizerBase, TokenizerChoice]:
     """The tokenizer the run saved (``load(path)`` loads one), else ``tokenizer``; then the run's chat template."""
     source = base_source
     saved = find_saved_tokenizer(dirs)
