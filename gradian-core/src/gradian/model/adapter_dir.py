@@ -9,11 +9,15 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.atomic_files import update_with_file
 from gradian.errors import ModelError
-from gradian.user_files import load_json
+from gradian.model.lora_blocks import short_module_name
+from gradian.user_files import absent, load_json
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +53,6 @@ def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False, warn
     """
     directory = Path(adapter).expanduser()
     if not directory.exists():
-        from gradian.user_files import absent
-
         raise ModelError(f"adapter directory {directory} {absent(directory)}", ADAPTER_HINT)
     if not directory.is_dir():
         raise ModelError(f"--adapter {directory} is a file, not an adapter directory", ADAPTER_HINT)
@@ -118,7 +120,7 @@ def adapter_weight_shapes(files: AdapterFiles) -> dict[str, tuple[int, ...]]:
     return lora
 
 
-def read_adapter_tensors(files: AdapterFiles) -> dict[str, Any]:
+def read_adapter_tensors(files: AdapterFiles) -> dict[str, torch.Tensor]:
     """Every tensor of the weights file, on CPU (pickles through torch.load(weights_only=True))."""
     import torch
 
@@ -158,10 +160,9 @@ def canonical_adapter_config(config: dict[str, Any]) -> str:
     return json.dumps(canonical, sort_keys=True, default=str)
 
 
-def check_adapter_fits(base_model: Any, shapes: dict[str, tuple[int, ...]], files: AdapterFiles, base_name: str) -> None:
+def check_adapter_fits(base_model: torch.nn.Module, shapes: dict[str, tuple[int, ...]], files: AdapterFiles,
+                       base_name: str) -> None:
     """Raise a one-line ModelError naming the first LoRA tensor whose shape the base model's layer cannot take."""
-    from gradian.model.lora_blocks import short_module_name
-
     for key, shape in shapes.items():
         match = _LORA_KEY.match(key)
         if match is None:
@@ -185,7 +186,7 @@ def check_adapter_fits(base_model: Any, shapes: dict[str, tuple[int, ...]], file
             )
 
 
-def _expected_dim(module: Any, kind: str) -> tuple[int, int, str] | None:
+def _expected_dim(module: torch.nn.Module, kind: str) -> tuple[int, int, str] | None:
     """(axis, size, description) that a LoRA tensor of this kind must match on this base module, if known."""
     import torch.nn as nn
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.errors import ModelError
+from gradian.model.adapter_dir import adapter_files_hash, inspect_adapter_dir, read_adapter_tensors
 from gradian.model.loaded import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
 
 
 def checkpoint_hash(directory: Path, *, allow_pickle: bool = False) -> str:
     """The adapter hash a checkpoint directory would load with (weights and config), without loading it."""
-    from gradian.model.adapter_dir import adapter_files_hash, inspect_adapter_dir
-
     return adapter_files_hash(inspect_adapter_dir(directory, allow_pickle=allow_pickle))
 
 
@@ -25,10 +27,8 @@ def checkpoint_weights(loaded: LoadedModel, directory: Path, *, allow_pickle: bo
     The checkpoint must hold the same adapter (the same LoRA tensors, the same shapes), as every checkpoint of one
     run does; its tensors are copied into the live ones, so no second base model is loaded.
     """
-    import torch
+    import torch  # here, not at the top: checkpoint_hash is used while choosing checkpoints, before torch is needed
     from peft import get_peft_model_state_dict
-
-    from gradian.model.adapter_dir import adapter_files_hash, inspect_adapter_dir, read_adapter_tensors
 
     files = inspect_adapter_dir(directory, allow_pickle=allow_pickle)
     saved = {key: tensor for key, tensor in read_adapter_tensors(files).items() if ".lora_" in key}
@@ -52,7 +52,8 @@ def checkpoint_weights(loaded: LoadedModel, directory: Path, *, allow_pickle: bo
                 tensor.copy_(original[key])
 
 
-def _check_same_adapter(saved: dict[str, Any], live: dict[str, Any], directory: Path, adapter: Path | None) -> None:
+def _check_same_adapter(saved: dict[str, torch.Tensor], live: dict[str, torch.Tensor], directory: Path,
+                        adapter: Path | None) -> None:
     """Refuse a checkpoint whose LoRA tensors are not the loaded adapter's (another rank, other target modules)."""
     missing = sorted(set(live) - set(saved))
     extra = sorted(set(saved) - set(live))

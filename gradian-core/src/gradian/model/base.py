@@ -12,11 +12,17 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.errors import ModelError
 from gradian.model import embedded
+from gradian.model.adapter_dir import inspect_adapter_dir
+from gradian.model.placement import resolve_placement
 from gradian.model.quantized import refuse_quantized_base
+from gradian.user_files import absent
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # Hugging Face repo ids: "name" or "namespace/name" of letters, digits, "-", "_" and ".".
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")
@@ -39,8 +45,6 @@ def resolve_base_model(name: str | os.PathLike[str], *, progress: bool = True) -
     if path.exists():
         return _model_directory(path)
     if _looks_like_path(text) or path.is_symlink():  # a link that leads nowhere is a path, not a hub id
-        from gradian.user_files import absent
-
         raise ModelError(f"base model directory {text} {absent(path)}", _NAME_HINT)
     snapshot = hub_cache_snapshot(text)
     if snapshot is not None:
@@ -56,8 +60,6 @@ def resolve_base_model(name: str | os.PathLike[str], *, progress: bool = True) -
 
 def base_model_named_by(adapter: str | os.PathLike[str]) -> str | None:
     """The base model an adapter's adapter_config.json names (base_model_name_or_path), or None."""
-    from gradian.model.adapter_dir import inspect_adapter_dir
-
     # allow_pickle only lets the check pass a .bin adapter; loading it is still refused later unless allowed.
     named = inspect_adapter_dir(adapter, allow_pickle=True, warn=False).trained_on
     return named.strip() if isinstance(named, str) and named.strip() else None
@@ -125,7 +127,7 @@ def hub_cache_snapshot(repo_id: str) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
-def load_tokenizer(name: str | os.PathLike[str], *, trust_remote_code: bool = False) -> Any:
+def load_tokenizer(name: str | os.PathLike[str], *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """The tokenizer of a base model, with a pad token guaranteed (in memory only)."""
     return _load_tokenizer_from(resolve_base_model(name), trust_remote_code=trust_remote_code)
 
@@ -136,11 +138,9 @@ def load_base_model(
     dtype: str = "float32",
     trust_remote_code: bool = False,
     device: str = "cpu",
-) -> tuple[Any, Any]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The base model (eval mode, on ``device``, in ``dtype``; either may be ``auto``) and its tokenizer."""
     from transformers import AutoModelForCausalLM
-
-    from gradian.model.placement import resolve_placement
 
     placement = resolve_placement(device, dtype)  # a bad device or dtype fails before the model is read
     path = resolve_base_model(name)
@@ -159,7 +159,7 @@ def load_base_model(
     return model, tokenizer
 
 
-def _load_tokenizer_from(path: Path, *, trust_remote_code: bool) -> Any:
+def _load_tokenizer_from(path: Path, *, trust_remote_code: bool) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     try:
@@ -170,7 +170,7 @@ def _load_tokenizer_from(path: Path, *, trust_remote_code: bool) -> Any:
     return tokenizer
 
 
-def ensure_pad_token(tokenizer: Any, *, source: str = "the tokenizer") -> None:
+def ensure_pad_token(tokenizer: PreTrainedTokenizerBase, *, source: str = "the tokenizer") -> None:
     """Give a tokenizer without a pad token its eos token for padding; the files on disk stay untouched."""
     if tokenizer.pad_token is not None:
         return

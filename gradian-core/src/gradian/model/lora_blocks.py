@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.config import compile_module_filter
 from gradian.errors import ModelError
+
+if TYPE_CHECKING:
+    import torch
+    from peft.tuners.lora.layer import LoraLayer
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,7 @@ def short_module_name(name: str) -> str:
     return name
 
 
-def lora_layers(model: Any) -> Iterator[tuple[str, Any]]:
+def lora_layers(model: torch.nn.Module) -> Iterator[tuple[str, LoraLayer]]:
     """Every peft LoRA layer of the model (any kind), as (full module name, module), in module order."""
     from peft.tuners.lora.layer import LoraLayer
 
@@ -62,7 +66,7 @@ def lora_layers(model: Any) -> Iterator[tuple[str, Any]]:
             yield name, module
 
 
-def active_adapter_name(model: Any) -> str:
+def active_adapter_name(model: torch.nn.Module) -> str:
     """The one adapter active on the model's LoRA layers; several active adapters need an explicit name."""
     names: list[str] = []
     for _, module in lora_layers(model):
@@ -79,7 +83,7 @@ def active_adapter_name(model: Any) -> str:
     return names[0]
 
 
-def _skip_reason(module: Any, adapter: str) -> str | None:
+def _skip_reason(module: LoraLayer, adapter: str) -> str | None:
     """Why a LoRA layer is not a hookable Linear block for this adapter, or None when it is."""
     import torch.nn as nn
     from peft.tuners.lora import layer as lora_layer
@@ -104,7 +108,8 @@ def _skip_reason(module: Any, adapter: str) -> str | None:
     return None
 
 
-def discover_lora_blocks(model: Any, module_filter: str | None = None, adapter_name: str | None = None) -> list[LoraBlock]:
+def discover_lora_blocks(model: torch.nn.Module, module_filter: str | None = None,
+                         adapter_name: str | None = None) -> list[LoraBlock]:
     """The LoRA Linear blocks of the active adapter whose short name matches module_filter (re.search), in module order."""
     pattern = compile_module_filter(module_filter)
     adapter = adapter_name or active_adapter_name(model)
@@ -142,7 +147,7 @@ def discover_lora_blocks(model: Any, module_filter: str | None = None, adapter_n
     return blocks
 
 
-def _check_hookable(module: Any, name: str, adapter: str) -> None:
+def _check_hookable(module: LoraLayer, name: str, adapter: str) -> None:
     """Refuse layer states in which the hooked lora_A/lora_B calls would not be the layer's computation."""
     variant = getattr(module, "lora_variant", {}).get(adapter)
     if variant is not None:
@@ -168,13 +173,14 @@ def _check_hookable(module: Any, name: str, adapter: str) -> None:
         )
 
 
-def block_modules(model: Any, block: LoraBlock, adapter_name: str) -> tuple[Any, Any]:
+def block_modules(model: torch.nn.Module, block: LoraBlock,
+                  adapter_name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The live (lora_A, lora_B) Linear modules of a block."""
     module = model.get_submodule(block.module_name)
     return module.lora_A[adapter_name], module.lora_B[adapter_name]
 
 
-def hookable_lora_parameters(model: Any, adapter_name: str) -> list[Any]:
+def hookable_lora_parameters(model: torch.nn.Module, adapter_name: str) -> list[torch.nn.Parameter]:
     """The A and B weights of every hookable LoRA Linear layer of the adapter (the only trainable parameters)."""
     params = []
     for _, module in lora_layers(model):

@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.errors import DeviceError
+
+if TYPE_CHECKING:
+    import torch
 
 AUTO = "auto"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -34,14 +37,14 @@ class Placement:
         return self.device.split(":", 1)[0]
 
     @property
-    def torch_device(self) -> Any:
+    def torch_device(self) -> torch.device:
         """The device as a torch.device."""
         import torch
 
         return torch.device(self.device)
 
     @property
-    def torch_dtype(self) -> Any:
+    def torch_dtype(self) -> torch.dtype:
         """The base model's dtype as a torch.dtype."""
         import torch
 

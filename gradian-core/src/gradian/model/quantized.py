@@ -181,7 +181,7 @@ def _local_model_dir(name: str) -> Path | None:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return path
-    from gradian.model.base import hub_cache_snapshot
+    from gradian.model.base import hub_cache_snapshot  # cycle: gradian.model.base imports this module
 
     try:
         return hub_cache_snapshot(name)

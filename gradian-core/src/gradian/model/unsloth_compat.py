@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+import torch  # every function here takes a model already in memory, so torch is loaded anyway
+
 from gradian.errors import ModelError
 
 RETURN_LOGITS_ENV = "UNSLOTH_RETURN_LOGITS"
@@ -91,7 +93,7 @@ def _is_lora(name: str) -> bool:
     return any(marker in name for marker in LORA_PARAMETER_MARKERS)
 
 
-def _configs(model: Any) -> list[Any]:
+def _configs(model: torch.nn.Module) -> list[Any]:
     """Every distinct config object held by the model's modules (a PEFT wrapper and the base share one)."""
     seen: dict[int, Any] = {}
     for module in model.modules():
@@ -101,10 +103,8 @@ def _configs(model: Any) -> list[Any]:
     return list(seen.values())
 
 
-def _inference_tensors(model: Any) -> list[tuple[Any, str, str, Any]]:
+def _inference_tensors(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, str, torch.Tensor]]:
     """(module, kind, attribute, tensor) for every inference tensor among parameters, buffers and tensor attributes."""
-    import torch
-
     found = []
     for module in model.modules():
         for name, param in module._parameters.items():
@@ -119,10 +119,8 @@ def _inference_tensors(model: Any) -> list[tuple[Any, str, str, Any]]:
     return found
 
 
-def compat_state(model: Any) -> CompatState:
+def compat_state(model: torch.nn.Module) -> CompatState:
     """The model's state as far as gradients are concerned (reads, never changes anything)."""
-    import torch
-
     names = {id(module): name or "<root>" for name, module in model.named_modules()}
     unsloth = sys.modules.get("unsloth")
     lora = [(name, p) for name, p in model.named_parameters() if _is_lora(name)]
@@ -146,10 +144,8 @@ def compat_state(model: Any) -> CompatState:
     )
 
 
-def prepare_for_gradients(model: Any) -> Any:
+def prepare_for_gradients(model: torch.nn.Module) -> torch.nn.Module:
     """Undo unsloth's fused-CE, checkpointing, cache and inference-mode state in place; returns the model."""
-    import torch
-
     if torch.is_inference_mode_enabled():
         raise ModelError("prepare_for_gradients was called inside torch.inference_mode()",
                          "call it, and compute gradients, outside the inference_mode context")
@@ -180,11 +176,9 @@ def prepare_for_gradients(model: Any) -> Any:
     return model
 
 
-def _replace_inference_tensors(model: Any) -> None:
+def _replace_inference_tensors(model: torch.nn.Module) -> None:
     """Swap every inference tensor for a normal copy; a tensor shared by two modules (tied weights) stays shared."""
-    import torch
-
-    copies: dict[int, Any] = {}
+    copies: dict[int, torch.Tensor] = {}
     with torch.inference_mode(False):
         for module, kind, attr, tensor in _inference_tensors(model):
             if id(tensor) not in copies:
@@ -198,7 +192,7 @@ def _replace_inference_tensors(model: Any) -> None:
                 setattr(module, attr, copies[id(tensor)])
 
 
-def unsloth_compat_report(model: Any) -> str:
+def unsloth_compat_report(model: torch.nn.Module) -> str:
     """A plain-text report of the state a reviewer needs before trusting gradients through this model."""
     state = compat_state(model)
     on_off = {True: "on", False: "off"}
