@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradian.records import load_object
+
 _LAZY = {
     "Batch": "gradian.grads.batch:Batch",
     "collate": "gradian.grads.batch:collate",
@@ -26,7 +28,5 @@ __all__ = list(_LAZY)
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from gradian.records import load_object
-
         return load_object(_LAZY[name])
     raise AttributeError(f"module 'gradian.grads' has no attribute {name!r}")

@@ -32,7 +32,7 @@ class Batch:
         """Number of examples."""
         return int(self.input_ids.shape[0])
 
-    def to(self, device: Any) -> Batch:
+    def to(self, device: torch.device | str) -> Batch:
         """The same batch on another device."""
         return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device))
 

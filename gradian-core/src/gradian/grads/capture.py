@@ -8,9 +8,9 @@ The batch loss is the sum of the examples' own losses, so nothing mixes between 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -19,6 +19,19 @@ from gradian.grads.loss import REDUCTIONS, SupervisedLoss, supervised_loss, supe
 from gradian.grads.projection import FactoredProjection, ProjectionPlan, lora_matrices, resolve_projection
 from gradian.grads.whitening import MomentAccumulator, Whitening
 from gradian.model.lora_blocks import LoraBlock, block_modules
+
+if TYPE_CHECKING:
+    from gradian.config import GradsConfig
+    from gradian.model.loaded import LoadedModel
+
+Hook = Callable[[torch.nn.Module, tuple[Any, ...], torch.Tensor], None]
+
+
+class WhitenedIndex(Protocol):
+    """What ``for_index`` reads of an index (``gradian.index.store.Index``, a layer above this one)."""
+
+    def whitening(self) -> Whitening | None:
+        """The scaling applied before the sketch, or None when unscaled."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +78,9 @@ class GradientCapture:
     ``capture(batch)`` returns a float32 [batch, dim] tensor in ``block_layout`` order (A then B per block).
     """
 
-    def __init__(self, loaded: Any, blocks: Sequence[LoraBlock] | None = None, *, projection_dim: int | str | None = None,
-                 seed: int = 0, loss_reduction: str = "sum", module_filter: str | None = None,
-                 output_device: str | torch.device = "cpu") -> None:
+    def __init__(self, loaded: LoadedModel, blocks: Sequence[LoraBlock] | None = None, *,
+                 projection_dim: int | str | None = None, seed: int = 0, loss_reduction: str = "sum",
+                 module_filter: str | None = None, output_device: str | torch.device = "cpu") -> None:
         if loss_reduction not in REDUCTIONS:
             raise ValueError(f"loss_reduction must be one of {REDUCTIONS}, not {loss_reduction!r}")
         self.loaded = loaded
@@ -85,13 +98,14 @@ class GradientCapture:
         self.dim: int = plan.dim if plan is not None else self.block_layout[-1].offset + self.block_layout[-1].size
 
     @classmethod
-    def from_config(cls, loaded: Any, grads: Any, blocks: Sequence[LoraBlock] | None = None) -> GradientCapture:
+    def from_config(cls, loaded: LoadedModel, grads: GradsConfig,
+                    blocks: Sequence[LoraBlock] | None = None) -> GradientCapture:
         """A capture configured by a GradsConfig (module_filter, projection_dim, seed, loss_reduction)."""
         return cls(loaded, blocks, projection_dim=grads.projection_dim, seed=grads.seed,
                    loss_reduction=grads.loss_reduction, module_filter=grads.module_filter)
 
     @classmethod
-    def for_index(cls, loaded: Any, grads: Any, index: Any) -> GradientCapture:
+    def for_index(cls, loaded: LoadedModel, grads: GradsConfig, index: WhitenedIndex) -> GradientCapture:
         """A capture whose gradients live in ``index``'s space: its settings, and its scaling before the sketch."""
         capture = cls.from_config(loaded, grads)
         capture.whitening = index.whitening()
@@ -242,14 +256,14 @@ def _transformed(factor: torch.Tensor, transform: torch.Tensor) -> torch.Tensor:
     return factor @ transform if transform.dim() == 2 else factor * transform
 
 
-def _record_input(store: list[torch.Tensor]) -> Any:
-    def hook(module: Any, args: tuple[Any, ...], output: torch.Tensor) -> None:
+def _record_input(store: list[torch.Tensor]) -> Hook:
+    def hook(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
         store.append(args[0])
     return hook
 
 
-def _record_mid_and_out(mids: list[torch.Tensor], outs: list[torch.Tensor]) -> Any:
-    def hook(module: Any, args: tuple[Any, ...], output: torch.Tensor) -> None:
+def _record_mid_and_out(mids: list[torch.Tensor], outs: list[torch.Tensor]) -> Hook:
+    def hook(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
         mids.append(args[0])
         outs.append(output)
     return hook

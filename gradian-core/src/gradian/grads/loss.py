@@ -50,13 +50,13 @@ def supervised_positions(labels: torch.Tensor) -> SupervisedPositions:
     return SupervisedPositions(example, position, shifted[example, position])
 
 
-def causal_lm_of(model: Any) -> Any:
+def causal_lm_of(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers causal LM inside a peft wrapper (or the model itself)."""
     getter = getattr(model, "get_base_model", None)
     return getter() if callable(getter) else model
 
 
-def supervised_loss(model: Any, batch: Batch, reduction: str = "sum",
+def supervised_loss(model: torch.nn.Module, batch: Batch, reduction: str = "sum",
                     positions: SupervisedPositions | None = None) -> SupervisedLoss:
     """Per-example cross-entropy over supervised tokens; the vocab-sized fp32 tensor has one row per supervised token.
 
@@ -78,7 +78,8 @@ def supervised_loss(model: Any, batch: Batch, reduction: str = "sum",
     lm_head = causal_lm.get_output_embeddings()
     calls: list[tuple[int, ...]] = []
 
-    def gather_supervised_rows(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def gather_supervised_rows(module: torch.nn.Module, args: tuple[Any, ...],
+                               kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         hidden = args[0] if args else kwargs.pop("input")
         calls.append(tuple(hidden.shape))
         if hidden.dim() != 3 or tuple(hidden.shape[:2]) != (size, width):

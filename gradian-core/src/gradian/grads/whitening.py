@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 # attribution.preconditioner -> the scheme that fits it from a sample of exact gradients.
 SCHEMES = {"diagonal": "factored-diagonal-v1", "kronecker": "kronecker-rank-v1"}
@@ -61,8 +63,6 @@ class Whitening:
 
     def save(self, path: Path) -> None:
         """Write the transforms as safetensors (never a pickle), with what they were measured from as metadata."""
-        from safetensors.torch import save_file
-
         tensors = {}
         for index, (rows, cols) in enumerate(self.scales):
             tensors[f"{index}.rows"], tensors[f"{index}.cols"] = rows.contiguous(), cols.contiguous()
@@ -71,8 +71,6 @@ class Whitening:
     @classmethod
     def load(cls, path: Path, matrices: int) -> Whitening:
         """Read the transforms of ``matrices`` LoRA matrices written by ``save``."""
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="pt") as handle:
             info = json.loads((handle.metadata() or {}).get("info", "{}"))
             names = set(handle.keys())

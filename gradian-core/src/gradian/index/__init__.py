@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradian.records import load_object
+
 _LAZY = {
     "build_index": "gradian.index.build:build_index",
     "default_index_dir": "gradian.index.build:default_index_dir",
@@ -25,7 +27,5 @@ __all__ = list(_LAZY)
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from gradian.records import load_object
-
         return load_object(_LAZY[name])
     raise AttributeError(f"module 'gradian.index' has no attribute {name!r}")

@@ -12,13 +12,18 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gradian.atomic_files import write_with
+from gradian.config import GradianConfig, GradsConfig
+from gradian.data.encode import Encoded, encode
 from gradian.data.loss_mask import concrete_encoding, concrete_loss_mask
 from gradian.errors import DatasetError, GradientIndexError
+from gradian.grads.batch import collate
+from gradian.grads.capture import GradientCapture
+from gradian.grads.whitening import MomentAccumulator, sample_positions
 from gradian.index.directory import (
     BUILD_STATE,
     check_out_dir,
@@ -41,6 +46,14 @@ from gradian.index.sizing import (
 )
 from gradian.index.stats import StatsAccumulator
 from gradian.index.store import WHITENING_NAME, Index, get_codec, read_whitening
+from gradian.runs.training_format import read_run_of_adapter, with_loss_mask
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from gradian.data.examples import Example
+    from gradian.model.loaded import LoadedModel
+    from gradian.records import RunArtifact
 
 __all__ = ["ProgressCallback", "build_index", "default_index_dir"]
 
@@ -48,16 +61,14 @@ __all__ = ["ProgressCallback", "build_index", "default_index_dir"]
 ProgressCallback = Callable[[int, int], None]
 
 
-def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, out: Path | str | None = None, *,
-                progress: ProgressCallback | None = None, say: Callable[[str], None] | None = None) -> Index:
+def build_index(loaded_model: LoadedModel, dataset: Sequence[Example], config: GradianConfig | None = None,
+                out: Path | str | None = None, *, progress: ProgressCallback | None = None,
+                say: Callable[[str], None] | None = None) -> Index:
     """Build the gradient index of ``dataset`` under ``loaded_model``'s adapter, or reuse an identical one.
 
     Before computing anything, ``say`` gets the estimate line (bytes per example, total size, peak memory), and a
     build whose shards would not fit on the output's disk is refused.
     """
-    from gradian.config import GradianConfig
-    from gradian.grads.capture import GradientCapture
-
     config = config if config is not None else GradianConfig()
     examples = list(dataset)
     if not examples:
@@ -81,7 +92,7 @@ def build_index(loaded_model: Any, dataset: Sequence[Any], config: Any = None, o
         ranks.close()
 
 
-def refuse_unsupervised(metas: Sequence[ExampleMeta], dataset: Any, grads: Any) -> None:
+def refuse_unsupervised(metas: Sequence[ExampleMeta], dataset: Sequence[Example], grads: GradsConfig) -> None:
     """Refuse a dataset none of whose examples has a supervised token: its index would be all zeros."""
     if any(meta.num_supervised for meta in metas):
         return
@@ -96,19 +107,19 @@ def refuse_unsupervised(metas: Sequence[ExampleMeta], dataset: Any, grads: Any) 
         "the rows" + (", or raise grads.max_seq_length" if truncated else ""))
 
 
-def follow_training_run(config: Any, loaded_model: Any, examples: Sequence[Any], run: Any = None) -> Any:
+def follow_training_run(config: GradianConfig, loaded_model: LoadedModel, examples: Sequence[Example],
+                        run: RunArtifact | None = None) -> GradianConfig:
     """``config`` with grads.loss_mask and string_pairs ``auto`` made concrete from ``run`` or the adapter's run."""
     if "auto" not in (config.grads.loss_mask, config.grads.string_pairs):
         return config
-    from gradian.runs.training_format import read_run_of_adapter, with_loss_mask
-
     run = run if run is not None else read_run_of_adapter(getattr(loaded_model, "adapter_dir", None))
     return with_loss_mask(config, run, examples)[0]
 
 
-def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: Any, examples: list[Any], tokenizer: Any,
-                    metas: list[ExampleMeta], grads: Any, progress: ProgressCallback | None,
-                    estimate: IndexEstimate, say: Callable[[str], None] | None) -> Index:
+def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: GradientCapture, examples: list[Example],
+                    tokenizer: PreTrainedTokenizerBase, metas: list[ExampleMeta], grads: GradsConfig,
+                    progress: ProgressCallback | None, estimate: IndexEstimate,
+                    say: Callable[[str], None] | None) -> Index:
     """Reuse the index in place, or compute this rank's shards and (rank 0) finish the directory."""
     ranks.check_same(plan.index_id, "index id")
     cached = reusable_index(plan.out_dir, plan.index_id, say if ranks.is_main else None)
@@ -144,11 +155,9 @@ def _resumable_bytes(plan: BuildPlan) -> int:
     return written_bytes(plan.partial_dir) if same else 0
 
 
-def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: list[Any], tokenizer: Any,
-                grads: Any, progress: ProgressCallback | None) -> int:
+def _run_shards(plan: BuildPlan, ranks: RankContext, capture: GradientCapture, examples: list[Example],
+                tokenizer: PreTrainedTokenizerBase, grads: GradsConfig, progress: ProgressCallback | None) -> int:
     """Compute this rank's unfinished shards; returns how many examples it computed."""
-    from gradian.data import encode
-
     mine = ranks.shard_range(plan.num_shards)
     todo = [n for n in mine if finished_shard(plan, n) is None]
     total = sum(len(plan.shard_rows(n)) for n in mine)
@@ -175,13 +184,10 @@ def _run_shards(plan: BuildPlan, ranks: RankContext, capture: Any, examples: lis
     return computed
 
 
-def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], tokenizer: Any, grads: Any,
+def _measure_whitening(plan: BuildPlan, capture: GradientCapture, examples: list[Example],
+                       tokenizer: PreTrainedTokenizerBase, grads: GradsConfig,
                        say: Callable[[str], None] | None) -> None:
     """Fit the scaling applied before the sketch from exact gradients of a seeded sample (kept when resuming)."""
-    from gradian.data import encode
-    from gradian.grads.batch import collate
-    from gradian.grads.whitening import MomentAccumulator, sample_positions
-
     path = plan.partial_dir / WHITENING_NAME
     if path.is_file():
         return
@@ -205,11 +211,10 @@ def _measure_whitening(plan: BuildPlan, capture: Any, examples: list[Any], token
                                  f"free disk space or pass a writable --out (now {plan.out_dir})") from None
 
 
-def compute_shard(plan: BuildPlan, number: int, capture: Any, encoded: Sequence[Any], ids: Sequence[str],
-                  batch_size: int, pad_id: int, advance: Callable[[int], None]) -> tuple[np.ndarray, StatsAccumulator]:
+def compute_shard(plan: BuildPlan, number: int, capture: GradientCapture, encoded: Sequence[Encoded],
+                  ids: Sequence[str], batch_size: int, pad_id: int,
+                  advance: Callable[[int], None]) -> tuple[np.ndarray, StatsAccumulator]:
     """Gradients of one shard's examples in the storage dtype, and their statistics."""
-    from gradian.grads.batch import collate
-
     count = len(encoded)
     dtype = storage_numpy_dtype(plan.storage_dtype)
     stored = _shard_buffer(plan, number, count, dtype)

@@ -12,7 +12,7 @@ import json
 import platform
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from gradian.index.store import WHITENING_NAME, Index
 BUILD_STATE = "build.json"
 
 
-def reusable_index(out_dir: Path, index_id: str, say: Any = None) -> Index | None:
+def reusable_index(out_dir: Path, index_id: str, say: Callable[[str], None] | None = None) -> Index | None:
     """The index already at ``out_dir`` when it has this id and every file matches its checksum; else None.
 
     A damaged index of the same inputs (a corrupted shard) is rebuilt, never reported as reused; ``say`` hears why.

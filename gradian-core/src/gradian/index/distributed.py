@@ -12,9 +12,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gradian.errors import GradianError, GradientIndexError
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions: the index command asks is_main_process before any model loads.
 
 T = TypeVar("T")
 
@@ -76,7 +81,7 @@ class RankContext:
                                      "fix the error they report and rerun the same command: finished shards are kept")
         return result
 
-    def all_reduce_sum(self, values: list[int], device: Any = None) -> list[int]:
+    def all_reduce_sum(self, values: list[int], device: torch.device | None = None) -> list[int]:
         """Element-wise sum of small integer vectors over every rank."""
         if not self.distributed:
             return list(values)
@@ -102,7 +107,7 @@ class RankContext:
                 "launch every rank with the same --base-model, --adapter, --dataset and config",
             )
 
-    def _device(self, device: Any) -> Any:
+    def _device(self, device: torch.device | None) -> torch.device:
         import torch
 
         if self.backend == "nccl":
@@ -110,7 +115,7 @@ class RankContext:
         return torch.device("cpu") if device is None else device
 
 
-def rank_context(device: Any = None) -> RankContext:
+def rank_context(device: torch.device | None = None) -> RankContext:
     """The rank context from torchrun's environment, initializing torch.distributed when needed."""
     world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if world_size <= 1:
@@ -132,7 +137,7 @@ def rank_context(device: Any = None) -> RankContext:
     return RankContext(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_backend(), owns)
 
 
-def _is_cuda(device: Any) -> bool:
+def _is_cuda(device: torch.device | str | None) -> bool:
     return device is not None and getattr(device, "type", str(device).split(":")[0]) == "cuda"
 
 

@@ -60,7 +60,7 @@ def decode_rows_into(stored: np.ndarray, name: str, out: np.ndarray) -> None:
         out[...] = stored
     elif name in ("float16", "bfloat16"):
         # torch's half -> float cast is vectorized and threaded: ~8x numpy's on 2 cores, bit for bit the same.
-        import torch
+        import torch  # here only: opening and scoring an index (gradian.attribution) stays torch-free
 
         half = np.ascontiguousarray(stored).view(np.uint16)
         with warnings.catch_warnings():  # a read-only memory map: torch only reads it here

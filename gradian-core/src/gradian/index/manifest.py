@@ -13,12 +13,13 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from gradian.errors import GradientIndexError
 from gradian.index.stats import StatBlock
-from gradian.user_files import load_json
+from gradian.user_files import absent, load_json
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -163,8 +164,6 @@ def read_manifest(directory: Path) -> Manifest:
     directory = Path(directory)
     path = directory / MANIFEST_NAME
     if not directory.is_dir():
-        from gradian.user_files import absent
-
         reason = "is a file, not an index directory" if directory.exists() else absent(directory)
         raise GradientIndexError(f"index directory {directory} {reason}", "build one with gradian index")
     if not path.is_file():
@@ -188,8 +187,6 @@ def compute_index_id(spec: Mapping[str, Any]) -> str:
 
 def library_versions() -> dict[str, str]:
     """Installed versions of the libraries that can change stored gradients."""
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {}
     for name in (*ID_LIBRARIES, "numpy"):
         try:

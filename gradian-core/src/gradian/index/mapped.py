@@ -9,7 +9,7 @@ build's resident memory at the model and one batch instead of the model and the 
 from __future__ import annotations
 
 import mmap
-from typing import Any
+from typing import BinaryIO
 
 import numpy as np
 
@@ -17,14 +17,14 @@ import numpy as np
 SLAB_BYTES = 64 << 20
 
 
-def release_pages(array: Any) -> None:
+def release_pages(array: np.ndarray) -> None:
     """Drop the resident pages of a shared memory map from this process (no-op for in-memory arrays)."""
     mapping = getattr(array, "_mmap", None) if isinstance(array, np.memmap) else None
     if mapping is not None and not mapping.closed and hasattr(mapping, "madvise"):
         mapping.madvise(mmap.MADV_DONTNEED)
 
 
-def write_mapped_npy(handle: Any, array: np.memmap) -> None:
+def write_mapped_npy(handle: BinaryIO, array: np.memmap) -> None:
     """Write a memory-mapped array as a ``.npy`` file slab by slab, releasing each slab's pages after it."""
     np.lib.format.write_array_header_1_0(handle, np.lib.format.header_data_from_array_1_0(array))
     rows = max(1, SLAB_BYTES // max(array[:1].nbytes, 1))

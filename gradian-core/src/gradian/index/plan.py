@@ -12,15 +12,25 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gradian.cache import cache_dir
+from gradian.data.encode import encode
 from gradian.data.loss_mask import concrete_encoding, concrete_loss_mask
 from gradian.grads.whitening import whitening_spec
 from gradian.index.manifest import FORMAT_VERSION, ID_LIBRARIES, BlockInfo, compute_index_id, library_versions
 from gradian.index.stats import StatBlock, plan_stat_blocks
 from gradian.records import CodecSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from gradian.config import GradianConfig, GradsConfig
+    from gradian.data.examples import Example
+    from gradian.grads.capture import GradientCapture
+    from gradian.model.loaded import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -78,15 +88,12 @@ class BuildPlan:
 
 def default_index_dir(index_id: str) -> Path:
     """Where an index goes without --out: ``<cache dir>/indexes/<index id>``."""
-    from gradian.cache import cache_dir
-
     return cache_dir() / "indexes" / index_id
 
 
-def encode_pass(examples: Sequence[Any], tokenizer: Any, grads: Any) -> tuple[list[ExampleMeta], str, str]:
+def encode_pass(examples: Sequence[Example], tokenizer: PreTrainedTokenizerBase,
+                grads: GradsConfig) -> tuple[list[ExampleMeta], str, str]:
     """Encode every example once: per-example facts, the hash of ids in order, and the hash of the encodings."""
-    from gradian.data import encode
-
     ids_digest, encoded_digest = hashlib.sha256(), hashlib.sha256()
     metas = []
     for example in examples:
@@ -100,7 +107,7 @@ def encode_pass(examples: Sequence[Any], tokenizer: Any, grads: Any) -> tuple[li
     return metas, ids_digest.hexdigest(), encoded_digest.hexdigest()
 
 
-def block_infos(capture: Any) -> tuple[BlockInfo, ...]:
+def block_infos(capture: GradientCapture) -> tuple[BlockInfo, ...]:
     """The stored blocks of a capture, in row order."""
     by_name = {block.name: block for block in capture.blocks}
     infos = []
@@ -123,8 +130,9 @@ def stat_segments(blocks: Sequence[BlockInfo]) -> list[tuple[str, int, int]]:
     return segments
 
 
-def make_plan(loaded: Any, capture: Any, config: Any, examples: Sequence[Any], ids_sha: str, encoded_sha: str,
-              out: Path | str | None, codec: CodecSpec, dataset: Any) -> BuildPlan:
+def make_plan(loaded: LoadedModel, capture: GradientCapture, config: GradianConfig, examples: Sequence[Example],
+              ids_sha: str, encoded_sha: str, out: Path | str | None, codec: CodecSpec,
+              dataset: Sequence[Example]) -> BuildPlan:
     """Fix the index id, the output location and the layout."""
     grads = config.grads
     blocks = block_infos(capture)

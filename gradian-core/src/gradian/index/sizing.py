@@ -11,10 +11,13 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.errors import GradientIndexError
 from gradian.index.dtypes import storage_numpy_dtype
+
+if TYPE_CHECKING:
+    import torch
 
 # Room kept beyond the shards: manifest, statistics, examples.jsonl and the filesystem's own rounding.
 DISK_MARGIN = 1.05
@@ -73,7 +76,7 @@ def human_bytes(count: float) -> str:
     raise AssertionError("unreachable")
 
 
-def estimate_index(model: Any, dim: int, storage_dtype: str, projected: bool, token_counts: Sequence[int],
+def estimate_index(model: torch.nn.Module, dim: int, storage_dtype: str, projected: bool, token_counts: Sequence[int],
                    supervised_counts: Sequence[int], batch_size: int, shard_size: int) -> IndexEstimate:
     """The size and peak memory of indexing examples with these token and supervised-token counts."""
     config = getattr(getattr(model, "get_base_model", lambda: model)(), "config", None)

@@ -12,12 +12,13 @@ import json
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from gradian.atomic_files import sha256_file, write_text_atomic, write_with
-from gradian.errors import GradientIndexError
+from gradian.errors import ConfigError, GradientIndexError
+from gradian.index.codecs.npy import write_npy
 from gradian.index.dtypes import decode_rows_into, storage_numpy_dtype
 from gradian.index.manifest import (
     EXAMPLES_NAME,
@@ -28,7 +29,11 @@ from gradian.index.manifest import (
     read_manifest,
 )
 from gradian.index.stats import BlockMomentAccumulator, PreconditionerStats, legacy_block_vector
+from gradian.plugins import get_plugins
 from gradian.records import CodecSpec
+
+if TYPE_CHECKING:
+    from gradian.grads.whitening import Whitening
 
 # attribution.chunk_mb's default: float32 rows decoded at a time when scoring, sketching or gathering statistics.
 DEFAULT_CHUNK_BYTES = 256 << 20
@@ -47,9 +52,6 @@ def rows_per_chunk(chunk_bytes: int, dim: int) -> int:
 
 def get_codec(name: str) -> CodecSpec:
     """The storage codec registered under ``name``, or an error listing the installed ones."""
-    from gradian.errors import ConfigError
-    from gradian.plugins import get_plugins
-
     codecs = get_plugins().storage_codecs()
     if name not in codecs:
         raise ConfigError(f"no storage codec named {name!r} is installed",
@@ -170,12 +172,12 @@ class Index:
         self._cache_block_vector(vector)
         return stats.with_block_vector(vector)
 
-    def whitening(self) -> Any:
+    def whitening(self) -> Whitening | None:
         """The scaling applied before the sketch (``gradian.grads.whitening.Whitening``), or None when unscaled."""
         return self._whitening
 
     @cached_property
-    def _whitening(self) -> Any:
+    def _whitening(self) -> Whitening | None:
         """Read and checked once: the query capture and the preconditioner both ask for it."""
         if self.manifest.spec["grads"].get("whitening") is None:
             return None
@@ -281,8 +283,6 @@ class Index:
 
     def _cache_block_vector(self, vector: np.ndarray) -> None:
         """Keep the block matrices next to the index; a read-only index directory just goes without."""
-        from gradian.index.codecs.npy import write_npy
-
         try:
             write_with(self.path / BLOCK_STATS_NAME, lambda temp: write_npy(temp, vector))
             record = {"index_id": self.index_id, "sha256": sha256_file(self.path / BLOCK_STATS_NAME)}
@@ -307,7 +307,7 @@ class Index:
                 raise GradientIndexError(f"shard {info.file} of {self.path} is {state} ({size} bytes, expected {info.bytes})",
                                          "rebuild the index with gradian index")
 
-    def _check_shape(self, info: ShardInfo, array: Any) -> None:
+    def _check_shape(self, info: ShardInfo, array: np.ndarray) -> None:
         expected = storage_numpy_dtype(self.storage_dtype)
         if tuple(array.shape) != (info.rows, self.dim) or np.dtype(array.dtype) != expected:
             raise GradientIndexError(
@@ -325,9 +325,9 @@ class Index:
                                      "rebuild the index with gradian index (delete the directory first)")
 
 
-def read_whitening(directory: Path, matrices: int) -> Any:
+def read_whitening(directory: Path, matrices: int) -> Whitening:
     """The whitening file of an index (or build) directory, holding the scales of ``matrices`` LoRA matrices."""
-    from gradian.grads.whitening import Whitening
+    from gradian.grads.whitening import Whitening  # imports torch: opening and scoring an index does not
 
     path = Path(directory) / WHITENING_NAME
     try:

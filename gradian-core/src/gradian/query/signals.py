@@ -23,17 +23,43 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from gradian.data import encode_answer
 from gradian.data.encode import Encoded
+from gradian.data.examples import Message
 from gradian.errors import EvaluationError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from gradian.grads.capture import GradientCapture
 
 SIGNALS = ("classic", "contrastive", "divergence", "divergent-token", "margin")
 PAIRED = ("contrastive", "divergence", "divergent-token", "margin")  # signals that contrast with the fine-tuned generation
 IGNORE = -100
+
+# A prompt as encode_answer takes it: the messages before the answer.
+Prompt = Sequence[Message | Mapping[str, str]]
+
+
+class ScoredItem(Protocol):
+    """What a query reads of an eval item (``gradian.evaluation.capability.ItemResult``, a layer above this one)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def wanted(self) -> str: ...
+    @property
+    def base_output(self) -> str | None: ...
+    @property
+    def finetuned_output(self) -> str | None: ...
+    @property
+    def base_score(self) -> float: ...
+    @property
+    def finetuned_score(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -65,16 +91,17 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
     return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
 
-def _gradients(capture: Any, tokenizer: Any, pairs: Sequence[tuple[Sequence[Any], str]], max_seq_length: int,
-               batch_size: int) -> np.ndarray:
+def _gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, pairs: Sequence[tuple[Prompt, str]],
+               max_seq_length: int, batch_size: int) -> np.ndarray:
     """Per-answer gradients of loss(answer | prompt), through the same capture path as the index."""
     encoded = [encode_answer(prompt, answer, tokenizer, max_seq_length) for prompt, answer in pairs]
     return _encoded_gradients(capture, tokenizer, encoded, batch_size)
 
 
-def _encoded_gradients(capture: Any, tokenizer: Any, encoded: Sequence[Encoded], batch_size: int) -> np.ndarray:
+def _encoded_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, encoded: Sequence[Encoded],
+                       batch_size: int) -> np.ndarray:
     """Per-example gradients of already encoded (and masked) examples."""
-    from gradian.grads import collate
+    from gradian.grads import collate  # imports torch, which gradian.evaluation (importing this module) must not
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows = []
@@ -109,15 +136,16 @@ def _supervise_from(encoded: Encoded, position: int, first_only: bool) -> Encode
                                supervised_segments=segments, answer_char_offsets=())
 
 
-def _wanted(item: Any, metric_better: bool) -> tuple[str, str]:
+def _wanted(item: ScoredItem, metric_better: bool) -> tuple[str, str]:
     """The 'right' side of the pair: the base model's own answer when it was right, else the eval answer."""
     if metric_better and item.base_output:
         return item.base_output, "base generation"
     return item.wanted, "eval answer"
 
 
-def query_gradients(capture: Any, tokenizer: Any, items: Sequence[Any], prompts: Mapping[str, Sequence[Any]],
-                    signal: str, *, max_seq_length: int, batch_size: int = 8) -> QueryGradients:
+def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, items: Sequence[ScoredItem],
+                    prompts: Mapping[str, Prompt], signal: str, *, max_seq_length: int,
+                    batch_size: int = 8) -> QueryGradients:
     """Query vectors for eval items (ItemResult rows) under one of ``SIGNALS``.
 
     ``prompts`` maps an item id to its prompt messages (everything before the wanted answer).
@@ -151,8 +179,9 @@ def query_gradients(capture: Any, tokenizer: Any, items: Sequence[Any], prompts:
     return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
 
 
-def _divergence_vectors(capture: Any, tokenizer: Any, wanted_pairs: Sequence[tuple[Sequence[Any], str]],
-                        generated_pairs: Sequence[tuple[Sequence[Any], str]], max_seq_length: int, batch_size: int,
+def _divergence_vectors(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase,
+                        wanted_pairs: Sequence[tuple[Prompt, str]], generated_pairs: Sequence[tuple[Prompt, str]],
+                        max_seq_length: int, batch_size: int,
                         *, first_only: bool, unit: bool) -> np.ndarray:
     """wanted minus generated, each supervised from the pair's divergence (that token alone with ``first_only``).
 

@@ -16,12 +16,19 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gradian.data import encode
 from gradian.query.sentences import sentence_spans
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from gradian.data.encode import Encoded
+    from gradian.data.examples import Example
+    from gradian.grads.capture import GradientCapture
 
 
 @dataclass(frozen=True)
@@ -37,12 +44,13 @@ class SpanBlame:
     blame: float
 
 
-def span_blames(capture: Any, tokenizer: Any, example: Any, query: np.ndarray, *, max_seq_length: int,
-                batch_size: int = 8) -> list[SpanBlame]:
+def span_blames(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, example: Example, query: np.ndarray, *,
+                max_seq_length: int, batch_size: int = 8) -> list[SpanBlame]:
     """Blame of every sentence of every supervised turn of an example: -(query . g_span).
 
     ``query`` is one preconditioned query vector in the capture's stored space.
     """
+    # torch here, not at the top: gradian.evaluation imports this package and stays torch-free
     import torch
 
     from gradian.grads import collate, restrict_labels
@@ -69,7 +77,7 @@ def span_blames(capture: Any, tokenizer: Any, example: Any, query: np.ndarray, *
             for (text, cs, ce, ts, te, message), blame in zip(spans, blames, strict=True)]
 
 
-def _token_spans(example: Any, encoded: Any) -> list[tuple[str, int, int, int, int, int]]:
+def _token_spans(example: Example, encoded: Encoded) -> list[tuple[str, int, int, int, int, int]]:
     """(text, char_start, char_end, token_start, token_end, message) of each sentence of each supervised turn.
 
     Sentences cut off by truncation have no tokens and are skipped.

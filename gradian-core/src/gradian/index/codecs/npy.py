@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.records import CodecSpec
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # numpy is imported inside the functions: listing plugins loads this module and should stay light.
 
 
-def write_npy(path: Path, array: Any) -> None:
+def write_npy(path: Path, array: np.ndarray) -> None:
     """Write ``array`` to ``path`` as a ``.npy`` file and flush it to disk (the caller renames it into place)."""
     import numpy as np
 
@@ -27,7 +30,7 @@ def write_npy(path: Path, array: Any) -> None:
         os.fsync(handle.fileno())
 
 
-def read_npy(path: Path) -> Any:
+def read_npy(path: Path) -> np.memmap:
     """Open a ``.npy`` shard memory-mapped and read-only; nothing is loaded until rows are touched."""
     import numpy as np
 
