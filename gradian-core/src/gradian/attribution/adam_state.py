@@ -9,19 +9,24 @@ adapter is the i-th optimizer slot. Shapes are checked one by one, so a mismatch
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gradian.errors import RunDirError
+from gradian.runs.hf_trainer import checkpoints
+
+if TYPE_CHECKING:
+    import torch
+
+    from gradian.grads.capture import GradientCapture
+    from gradian.model.loaded import LoadedModel
 
 
 def latest_optimizer_file(run: str | Path | None) -> Path | None:
     """``optimizer.pt`` of the highest checkpoint-N of a run dir (or the run dir itself), if any."""
     if run is None:
         return None
-    from gradian.runs.hf_trainer import checkpoints
-
     run = Path(run)
     for folder in [*reversed(checkpoints(run)), run]:
         if (folder / "optimizer.pt").is_file():
@@ -29,9 +34,9 @@ def latest_optimizer_file(run: str | Path | None) -> Path | None:
     return None
 
 
-def adam_second_moment(run: str | Path | None, capture: Any) -> np.ndarray:
+def adam_second_moment(run: str | Path | None, capture: GradientCapture) -> np.ndarray:
     """Bias-corrected exp_avg_sq for every stored coordinate of an exact (unprojected) index."""
-    import torch
+    import torch  # here, not at the top: gradian.attribution stays torch-free until a model is loaded
 
     path = latest_optimizer_file(run)
     if path is None:
@@ -67,12 +72,12 @@ def adam_second_moment(run: str | Path | None, capture: Any) -> np.ndarray:
     return _stored_layout(capture, by_name)
 
 
-def _trainable(loaded: Any) -> list[tuple[str, Any]]:
+def _trainable(loaded: LoadedModel) -> list[tuple[str, torch.nn.Parameter]]:
     """Trainable parameters in named_parameters() order, as the Trainer saw them."""
     return [(name, p) for name, p in loaded.model.named_parameters() if p.requires_grad]
 
 
-def _stored_layout(capture: Any, by_name: dict[str, np.ndarray]) -> np.ndarray:
+def _stored_layout(capture: GradientCapture, by_name: dict[str, np.ndarray]) -> np.ndarray:
     """Concatenate per-matrix vectors in the capture's layout (block, A then B)."""
     out = np.zeros(capture.dim, dtype=np.float64)
     for entry in capture.block_layout:

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gradian.attribution.clusters import cluster_blame
 from gradian.attribution.results import ClusterAssignment, ClusterResult, ClusterScore, ExampleScores
 from gradian.attribution.scoring import rescore_items
+
+if TYPE_CHECKING:
+    from gradian.config import AttributionConfig
 
 MIN_GROUP_ITEMS = 2
 _RESTARTS = 10
@@ -59,7 +62,7 @@ class CauseSplit:
 
 
 def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], gram: np.ndarray,
-                assignment: ClusterAssignment, config: Any, whole: ExampleScores,
+                assignment: ClusterAssignment, config: AttributionConfig, whole: ExampleScores,
                 whole_clusters: ClusterResult) -> CauseSplit:
     """Group the items, attribute each group, and keep the split that accuses the most distinct clusters.
 
@@ -131,7 +134,7 @@ def _first_seen_order(labels: np.ndarray) -> np.ndarray:
 
 
 def _merged(labels: np.ndarray, item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
-            assignment: ClusterAssignment, config: Any) -> list[Cause]:
+            assignment: ClusterAssignment, config: AttributionConfig) -> list[Cause]:
     """Each group attributed; groups accusing the same cluster merged, and those accusing none merged."""
     done: dict[tuple[int, ...], tuple[ExampleScores, ClusterResult]] = {}  # a group merged with none is not redone
     by_accused: dict[str | None, list[int]] = {}
@@ -150,7 +153,7 @@ def _merged(labels: np.ndarray, item_blame: np.ndarray, ids: Sequence[str], item
 
 
 def _attributed(columns: list[int], item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
-                assignment: ClusterAssignment, config: Any) -> tuple[ExampleScores, ClusterResult]:
+                assignment: ClusterAssignment, config: AttributionConfig) -> tuple[ExampleScores, ClusterResult]:
     scores = rescore_items(item_blame, ids, item_ids, columns, aggregation=config.aggregation,
                            normalize=config.normalize, top_k=config.top_k)
     return scores, cluster_blame(scores.blame, assignment, permutations=config.permutations, seed=config.seed)

@@ -13,11 +13,18 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gradian.errors import GradianError
+from gradian.model.adapter_swap import checkpoint_hash, checkpoint_weights
+from gradian.runs import read_run
+from gradian.runs.hf_trainer import checkpoints
+
+if TYPE_CHECKING:
+    from gradian.model.loaded import LoadedModel
+    from gradian.records import RunArtifact
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +61,6 @@ def plan_ensemble(count: int, run_dir: Path | None, adapter_dir: Path | None, ad
     if run_dir is None or adapter_dir is None:
         return EnsemblePlan(note=f"attribution.checkpoints is {count}, but no training run was found next to the "
                                  "adapter, so it was scored alone; pass --run with the run's output dir")
-    from gradian.model.adapter_swap import checkpoint_hash
-    from gradian.runs import read_run
-    from gradian.runs.hf_trainer import checkpoints
-
     try:
         artifact = read_run(run_dir)
     except GradianError as error:
@@ -105,7 +108,7 @@ def _evenly_spaced(found: Sequence[tuple[int, Path]], final_step: int, wanted: i
     return sorted(chosen, key=lambda entry: entry[0])
 
 
-def logged_rates(artifact: Any) -> list[tuple[int, float]]:
+def logged_rates(artifact: RunArtifact) -> list[tuple[int, float]]:
     """(step, learning rate) of every logged point of a run that has one, by step."""
     return sorted((m.step, float(m.learning_rate)) for m in artifact.metrics if m.learning_rate is not None)
 
@@ -138,12 +141,10 @@ class EnsembleBlame:
     note: str | None = None
 
 
-def score_checkpoints(count: int, run_dir: Path | None, loaded: Any, adapter_blame: np.ndarray,
-                      adapter_index_id: str | None, score_member: Callable[[Any], tuple[np.ndarray, str]], *,
+def score_checkpoints(count: int, run_dir: Path | None, loaded: LoadedModel, adapter_blame: np.ndarray,
+                      adapter_index_id: str | None, score_member: Callable[[LoadedModel], tuple[np.ndarray, str]], *,
                       allow_pickle: bool = False) -> EnsembleBlame:
     """sum_c w_c B_c over up to ``count`` points of the run; ``score_member(view)`` gives (B_c, index id) under c."""
-    from gradian.model.adapter_swap import checkpoint_weights
-
     plan = plan_ensemble(count, run_dir, loaded.adapter_dir, loaded.adapter_hash, allow_pickle=allow_pickle)
     if len(plan.members) < 2:
         return EnsembleBlame(None, note=plan.note)

@@ -30,14 +30,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gradian.attribution.results import ACCUSE_ALPHA, ClusterAssignment, ClusterResult, ClusterScore
 from gradian.attribution.scoring import ChunkSource
+from gradian.data.examples import Example
 from gradian.errors import DatasetError, GradientIndexError
 from gradian.index.store import DEFAULT_CHUNK_BYTES, rows_per_chunk
+
+if TYPE_CHECKING:
+    from gradian.config import AttributionConfig
+
+# A training example, or a plain mapping of its fields (clusters_from_field takes either).
+ExampleRow = Example | Mapping[str, Any]
 
 DEFAULT_SKETCH_DIM = 64
 MAX_KMEANS_ITERATIONS = 100
@@ -47,7 +54,8 @@ _DISTANCE_BATCH = 4096  # rows per distance block, so n x k distances are never 
 _HASH_SLAB_BYTES = 16 << 20
 
 
-def assign_clusters(config: Any, examples: Sequence[Any] | None, source: ChunkSource) -> ClusterAssignment:
+def assign_clusters(config: AttributionConfig, examples: Sequence[ExampleRow] | None,
+                    source: ChunkSource) -> ClusterAssignment:
     """Membership as an ``AttributionConfig`` asks: its cluster_field when set, else automatic clustering."""
     if config.cluster_field:
         if examples is None:
@@ -56,14 +64,15 @@ def assign_clusters(config: Any, examples: Sequence[Any] | None, source: ChunkSo
     return auto_clusters(source, num_clusters=config.num_clusters, seed=config.seed, chunk_bytes=config.chunk_bytes)
 
 
-def score_clusters(config: Any, blame: np.ndarray, examples: Sequence[Any] | None,
+def score_clusters(config: AttributionConfig, blame: np.ndarray, examples: Sequence[ExampleRow] | None,
                    source: ChunkSource) -> ClusterResult:
     """Membership and cluster blame as an ``AttributionConfig`` asks (field or automatic; its permutations, seed)."""
     assignment = assign_clusters(config, examples, source)
     return cluster_blame(blame, assignment, permutations=config.permutations, seed=config.seed)
 
 
-def clusters_from_field(examples: Sequence[Any], field: str, *, ids: Sequence[str] | None = None) -> ClusterAssignment:
+def clusters_from_field(examples: Sequence[ExampleRow], field: str, *,
+                        ids: Sequence[str] | None = None) -> ClusterAssignment:
     """Membership from a dataset field of each example (``Example.fields`` or a plain mapping per row)."""
     if ids is not None:
         _check_same_examples(examples, ids)
@@ -277,7 +286,7 @@ def _relabel_by_first_member(labels: np.ndarray) -> tuple[np.ndarray, int]:
     return mapping[labels], int(order.shape[0])
 
 
-def _field_value(example: Any, field: str) -> str | None:
+def _field_value(example: ExampleRow, field: str) -> str | None:
     """The field as a cluster name; absent, None and blank strings count as missing."""
     fields = _fields_of(example)
     if field not in fields:
@@ -290,13 +299,13 @@ def _field_value(example: Any, field: str) -> str | None:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _fields_of(example: Any) -> Mapping[str, Any]:
+def _fields_of(example: ExampleRow) -> Mapping[str, Any]:
     if isinstance(example, Mapping):
         return example
     return getattr(example, "fields", {}) or {}
 
 
-def _check_same_examples(examples: Sequence[Any], ids: Sequence[str]) -> None:
+def _check_same_examples(examples: Sequence[ExampleRow], ids: Sequence[str]) -> None:
     """The examples must be the rows the index was built from, in the same order."""
     if len(examples) != len(ids):
         raise GradientIndexError(

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+from gradian.attribution.preconditioners import BlockMoment, IndexStatistics
+from gradian.index.store import DEFAULT_CHUNK_BYTES, Index, rows_per_chunk
+
+if TYPE_CHECKING:
+    from gradian.grads.whitening import MomentAccumulator
 
 
-def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_bytes: int | None = None) -> Any:
+def index_statistics(index: Index, preconditioner: str = "diagonal", *,
+                     chunk_bytes: int | None = None) -> IndexStatistics:
     """The index's statistics in the form the preconditioners take; block matrices only for ``block``.
 
     Block matrices are width^2 floats per block and only the block preconditioner reads them, so they are
     computed (one streamed pass of ``chunk_bytes`` chunks, then cached with the index) only when it is asked for;
     the kronecker preconditioner's sample of exact rows is read only when that preconditioner is fitted.
     """
-    from gradian.attribution.preconditioners import BlockMoment, IndexStatistics
-    from gradian.index.store import DEFAULT_CHUNK_BYTES
-
     stats = index.stats()
     if preconditioner == "block" and stats.has_block_matrices():
         stats = index.block_stats(chunk_bytes or DEFAULT_CHUNK_BYTES)
@@ -32,10 +36,9 @@ def index_statistics(index: Any, preconditioner: str = "diagonal", *, chunk_byte
                            matrices=tuple((b.offset, tuple(b.stored_shape)) for b in index.blocks))
 
 
-def sample_moments(index: Any, chunk_bytes: int) -> Any:
+def sample_moments(index: Index, chunk_bytes: int) -> MomentAccumulator | None:
     """Second moments of the seeded sample of an exact index's rows that a projected build would measure."""
-    from gradian.grads.whitening import moments_of_rows, sample_positions
-    from gradian.index.store import rows_per_chunk
+    from gradian.grads.whitening import moments_of_rows, sample_positions  # imports torch; this package does not
 
     positions = sample_positions(index.num_examples, int(index.manifest.spec["seed"]))
     shapes = [tuple(block.stored_shape) for block in index.blocks]

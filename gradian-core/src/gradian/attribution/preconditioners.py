@@ -11,11 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gradian.errors import GradianError, GradientIndexError, RunDirError
+
+if TYPE_CHECKING:
+    from gradian.config import AttributionConfig
+    from gradian.grads.whitening import MomentAccumulator
 
 PRECONDITIONERS = ("none", "diagonal", "kronecker", "block", "adam")
 DEFAULT_ADAM_EPS = 1e-8
@@ -42,7 +46,7 @@ class IndexStatistics:
     whitening: Mapping[str, Any] | None = None  # how rows and queries were scaled before the sketch, if they were
     # The kronecker kind's input: a function returning the second moments of a seeded sample of stored exact rows
     # (a MomentAccumulator; None when the rows are not exact), and where each LoRA matrix sits in a row.
-    sample_moments: Callable[[], Any] | None = None
+    sample_moments: Callable[[], MomentAccumulator | None] | None = None
     matrices: tuple[tuple[int, tuple[int, int]], ...] = ()
 
 
@@ -110,7 +114,8 @@ def fit_preconditioner(kind: str, stats: IndexStatistics, *, damping: float | No
     raise ValueError(f"unknown preconditioner {kind!r}; expected one of {', '.join(PRECONDITIONERS)}")
 
 
-def from_config(config: Any, stats: IndexStatistics, *, adam_exp_avg_sq: np.ndarray | None = None) -> Preconditioner:
+def from_config(config: AttributionConfig, stats: IndexStatistics, *,
+                adam_exp_avg_sq: np.ndarray | None = None) -> Preconditioner:
     """The preconditioner an ``AttributionConfig`` asks for."""
     return fit_preconditioner(config.preconditioner, stats, damping=config.damping,
                               damping_ratio=config.damping_ratio, adam_exp_avg_sq=adam_exp_avg_sq)
@@ -138,7 +143,7 @@ def diagonal_preconditioner(second_moment: np.ndarray, *, damping: float | None 
 def kronecker_preconditioner(stats: IndexStatistics, *, damping: float | None = None,
                              damping_ratio: float = 0.1) -> Preconditioner:
     """Per LoRA matrix P = (L + lambda/2)^-1 (x) (R + lambda/2)^-1, full on the rank side, from the sampled rows."""
-    from gradian.grads.whitening import SCHEMES
+    from gradian.grads.whitening import SCHEMES  # imports torch; this package does not
 
     if stats.sample_moments is None or not stats.matrices:
         raise GradientIndexError("the kronecker preconditioner needs a sample of exact gradients, and this index "
@@ -212,7 +217,7 @@ def adam_preconditioner(exp_avg_sq: np.ndarray, *, eps: float = DEFAULT_ADAM_EPS
 
 def _applied_at_capture(kind: str, stats: IndexStatistics) -> Preconditioner:
     """The preconditioner of a whitened index: already in every row and query, so P = I here."""
-    from gradian.grads.whitening import SCHEMES
+    from gradian.grads.whitening import SCHEMES  # imports torch; this package does not
 
     built = next((name for name, scheme in SCHEMES.items() if scheme == stats.whitening.get("scheme")), None)
     if kind != built:

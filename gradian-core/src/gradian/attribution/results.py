@@ -9,14 +9,19 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from gradian.query.spans import SpanBlame
 
 ACCUSE_ALPHA = 0.05  # a cluster is named as accused only when its permutation p-value is below this
 
 
-def _frozen(array: np.ndarray, dtype: Any) -> np.ndarray:
+def _frozen(array: np.ndarray, dtype: npt.DTypeLike) -> np.ndarray:
     """A read-only copy, so a frozen record cannot be changed through its arrays."""
     out = np.array(array, dtype=dtype, copy=True)
     out.setflags(write=False)
@@ -182,10 +187,10 @@ class SpanDrill:
     example_id: str
     position: int
     query_item: str
-    spans: tuple[Any, ...]
+    spans: tuple[SpanBlame, ...]
 
     @property
-    def top_span(self) -> Any | None:
+    def top_span(self) -> SpanBlame | None:
         """The most blamed span (first on ties), or None without spans."""
         if not self.spans:
             return None

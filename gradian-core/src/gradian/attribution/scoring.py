@@ -17,7 +17,7 @@ groups of budget // n_examples per pass, then one more pass collects the top-k e
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.results import ExampleScores
 from gradian.errors import GradientIndexError
 from gradian.index.store import DEFAULT_CHUNK_BYTES, rows_per_chunk
+
+if TYPE_CHECKING:
+    from gradian.config import AttributionConfig
 
 # (row offset, blame [rows, Q]) of each chunk, in order, from the first full read of the index
 ItemSink = Callable[[int, np.ndarray], None]
@@ -164,7 +167,7 @@ def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: 
     return _score_rank_vote(scorer, item_ids, k, budget)
 
 
-def score_with_config(source: ChunkSource, queries: np.ndarray, config: Any, *,
+def score_with_config(source: ChunkSource, queries: np.ndarray, config: AttributionConfig, *,
                       preconditioner: Preconditioner | None = None, item_ids: Sequence[str] | None = None,
                       item_sink: ItemSink | None = None) -> ExampleScores:
     """``score_examples`` with normalize, aggregation, top_k and chunk_mb from an ``AttributionConfig``."""

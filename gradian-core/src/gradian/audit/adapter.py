@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gradian.errors import ModelError
-from gradian.user_files import load_json
+from gradian.user_files import absent, load_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 SAFETENSORS = "adapter_model.safetensors"
@@ -52,10 +54,8 @@ class AdapterInfo:
         """Names of the LoRA B matrices."""
         return sorted(name for name in self.tensors if ".lora_B." in name or name.endswith("lora_B.weight"))
 
-    def tensor(self, name: str, data: Any = None) -> Any:
+    def tensor(self, name: str, data: np.memmap | None = None) -> np.ndarray:
         """One tensor's values as a float64 numpy array, read from the file (``data``: an open memmap of it)."""
-        import numpy as np
-
         if data is None:
             data = np.memmap(self.weights, dtype=np.uint8, mode="r")
         info = self.tensors[name]
@@ -68,8 +68,6 @@ class AdapterInfo:
 
     def norms(self, names: list[str]) -> dict[str, float]:
         """Frobenius norms of several tensors, reading the file once."""
-        import numpy as np
-
         data = np.memmap(self.weights, dtype=np.uint8, mode="r")
         norms = {}
         for name in names:
@@ -124,8 +122,6 @@ def read_adapter(path: Path) -> AdapterInfo:
         raise ModelError(f"--adapter {path} is a file, not an adapter directory",
                          "pass the directory peft's save_pretrained() wrote to --adapter")
     if not path.is_dir():
-        from gradian.user_files import absent
-
         raise ModelError(f"adapter directory {path} {absent(path)}", "pass the directory peft's save_pretrained() wrote to --adapter")
     config_path = path / ADAPTER_CONFIG
     if not config_path.exists() and not config_path.is_symlink():

@@ -7,15 +7,18 @@ A test keeps the committed file equal to this output, so the reference cannot dr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.records import FAMILIES
+
+if TYPE_CHECKING:
+    from gradian.plugins import PluginSet
 
 FAMILY_TITLES = {"data": "Data: the training and eval sets", "config": "Config: the run's hyperparameters",
                  "dynamics": "Dynamics: the training logs"}
 
 
-def checks_markdown(plugins: Any) -> str:
+def checks_markdown(plugins: PluginSet) -> str:
     """The checks by family (id, severity, needs, what it finds, the fix, the distribution), then the readers."""
     checks = plugins.audit_checks()
     readers = plugins.run_log_readers()

@@ -9,11 +9,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gradian.audit.adapter import AdapterInfo
+from gradian.audit.encoding import encode_examples
+from gradian.audit.tokenizer import load_audit_tokenizer
 from gradian.config import GradianConfig
+from gradian.model.base import _load_tokenizer_from
 from gradian.records import MetricPoint, Need, RunArtifact
+from gradian.runs.training_format import TokenizerChoice, apply_saved_files, tokenizer_dirs
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from gradian.data.encode import Encoded
+    from gradian.data.examples import Example
+    from gradian.data.loading import DatasetScan
 
 T = TypeVar("T")
 
@@ -46,12 +57,12 @@ class AuditContext:
         self,
         config: GradianConfig,
         *,
-        dataset: Any = None,  # gradian.data.DatasetScan
-        eval_dataset: Any = None,  # gradian.data.DatasetScan
+        dataset: DatasetScan | None = None,
+        eval_dataset: DatasetScan | None = None,
         run: RunArtifact | None = None,
         adapter: AdapterInfo | None = None,
         base_model: str | None = None,
-        tokenizer: Any = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         trust_remote_code: bool = False,
     ) -> None:
         self.config = config
@@ -63,7 +74,7 @@ class AuditContext:
         self.trust_remote_code = trust_remote_code
         self._tokenizer = tokenizer
         self._base_template: str | None = getattr(tokenizer, "chat_template", None)
-        self.tokenizer_choice: Any = None  # gradian.runs.training_format.TokenizerChoice once the tokenizer loads
+        self.tokenizer_choice: TokenizerChoice | None = None  # once the tokenizer loads
         self._memo: dict[str, Any] = {}
 
     # --- what is available ----------------------------------------------------------------------
@@ -92,15 +103,11 @@ class AuditContext:
         return NEED_FLAGS[need]
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> PreTrainedTokenizerBase:
         """The tokenizer the run trained with: saved with the adapter or a checkpoint, else the base's (loaded once)."""
         if self._tokenizer is None:
             if self.base_model is None:
                 raise RuntimeError("a check used the tokenizer without declaring the 'tokenizer' need")
-            from gradian.audit.tokenizer import load_audit_tokenizer
-            from gradian.model.base import _load_tokenizer_from
-            from gradian.runs.training_format import apply_saved_files
-
             base = load_audit_tokenizer(self.base_model, trust_remote_code=self.trust_remote_code)
             self._base_template = getattr(base, "chat_template", None)
             self._tokenizer, self.tokenizer_choice = apply_saved_files(
@@ -115,8 +122,6 @@ class AuditContext:
 
     def training_dirs(self) -> list[Path]:
         """Where the run saved tokenizer files: the adapter dir, the run dir, its checkpoints (newest first)."""
-        from gradian.runs.training_format import tokenizer_dirs
-
         adapter = self.adapter.path if self.adapter is not None else (self.run.adapter_dir if self.run else None)
         return tokenizer_dirs(adapter, self.run.path if self.run is not None else None)
 
@@ -129,11 +134,11 @@ class AuditContext:
     # --- dataset-derived data -------------------------------------------------------------------
 
     @property
-    def examples(self) -> tuple[Any, ...]:
+    def examples(self) -> tuple[Example, ...]:
         """The training examples that parsed (bad rows are in ``dataset.problems``)."""
         return tuple(self.dataset.examples) if self.dataset is not None else ()
 
-    def encodings(self) -> list[Any]:
+    def encodings(self) -> list[Encoded | None]:
         """encode() of every training example without truncation (None where encoding failed)."""
         return self._encode_all()[0]
 
@@ -141,10 +146,8 @@ class AuditContext:
         """Examples the tokenizer's chat template could not encode."""
         return self._encode_all()[1]
 
-    def _encode_all(self) -> tuple[list[Any], list[EncodeFailure]]:
-        def compute() -> tuple[list[Any], list[EncodeFailure]]:
-            from gradian.audit.encoding import encode_examples
-
+    def _encode_all(self) -> tuple[list[Encoded | None], list[EncodeFailure]]:
+        def compute() -> tuple[list[Encoded | None], list[EncodeFailure]]:
             encoded, failed = encode_examples(self.examples, self.tokenizer, UNTRUNCATED)
             return encoded, [EncodeFailure(example.id, example.location, reason) for example, reason in failed]
 

@@ -10,17 +10,20 @@ checks that every record equals ``encode()``'s.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gradian.data.encode import Encoded, mask_tokens, special_ids
+from gradian.data.encode import Encoded, encode, mask_tokens, special_ids
 from gradian.data.examples import Example, Message
-from gradian.data.rendering import TurnSpan, bos_prefix, locate_turns, make_renderer
+from gradian.data.rendering import Render, TurnSpan, bos_prefix, locate_turns, make_renderer
 from gradian.errors import DatasetError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 BATCH = 512  # strings per tokenizer call: large enough to amortize the call, small enough to bound memory
 
 
-def _memoized(render: Any) -> Any:
+def _memoized(render: Render) -> Render:
     """A renderer that remembers the prefixes of one conversation (locate_turns only renders prefixes)."""
     cache: dict[tuple[int, bool], str] = {}
 
@@ -33,7 +36,7 @@ def _memoized(render: Any) -> Any:
     return render_prefix
 
 
-def _render(example: Example, tokenizer: Any, bos: str, eos: str) -> tuple[str, list[TurnSpan]]:
+def _render(example: Example, tokenizer: PreTrainedTokenizerBase, bos: str, eos: str) -> tuple[str, list[TurnSpan]]:
     """The rendered string and the supervised turn spans, exactly as encode() finds them."""
     if example.text is not None:
         start = len(bos)
@@ -46,7 +49,8 @@ def _render(example: Example, tokenizer: Any, bos: str, eos: str) -> tuple[str, 
     return full, spans
 
 
-def encode_examples(examples: Sequence[Example], tokenizer: Any, max_seq_length: int) -> tuple[list[Encoded | None], list[tuple[Example, str]]]:
+def encode_examples(examples: Sequence[Example], tokenizer: PreTrainedTokenizerBase,
+                    max_seq_length: int) -> tuple[list[Encoded | None], list[tuple[Example, str]]]:
     """encode() of every example (None where the chat template rejects it), and the (example, reason) failures."""
     bos = bos_prefix(tokenizer)
     eos = getattr(tokenizer, "eos_token", None) or ""
@@ -66,8 +70,6 @@ def encode_examples(examples: Sequence[Example], tokenizer: Any, max_seq_length:
         try:
             tokenized = _tokenize_batch([rendered[i][0] for i in chunk], tokenizer)
         except NotImplementedError:  # a slow tokenizer has no offsets: encode() raises the ModelError that says so
-            from gradian.data import encode
-
             encode(examples[chunk[0]], tokenizer, max_seq_length)
             raise
         for index, (ids, offsets) in zip(chunk, tokenized, strict=True):
@@ -75,7 +77,8 @@ def encode_examples(examples: Sequence[Example], tokenizer: Any, max_seq_length:
     return encoded, failures
 
 
-def _tokenize_batch(texts: list[str], tokenizer: Any) -> list[tuple[list[int], list[tuple[int, int]]]]:
+def _tokenize_batch(texts: list[str],
+                    tokenizer: PreTrainedTokenizerBase) -> list[tuple[list[int], list[tuple[int, int]]]]:
     """ids and character offsets of each text, as ``tokenizer(text, add_special_tokens=False)`` gives them."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None and backend.truncation is None and backend.padding is None:

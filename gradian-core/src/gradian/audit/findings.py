@@ -5,10 +5,16 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+from rich.text import Text
 
 from gradian.audit.runner import DiagnoseReport
 from gradian.records import SEVERITIES, AuditCheck, Evidence, Finding
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 JSON_SCHEMA = "gradian.diagnose/1"
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -114,11 +120,8 @@ def inputs_line(report: DiagnoseReport) -> str:
     return " · ".join(parts)
 
 
-def render_table(report: DiagnoseReport, console: Any) -> None:
+def render_table(report: DiagnoseReport, console: Console) -> None:
     """Print the report as rich tables, one per severity, then the skipped checks and a summary."""
-    from rich.table import Table
-    from rich.text import Text
-
     console.print(Text("gradian diagnose · ", style="bold") + Text(inputs_line(report)))
     for severity in SEVERITIES:
         findings = [f for f in report.findings if f.severity == severity]
@@ -169,10 +172,8 @@ def to_markdown(report: DiagnoseReport) -> str:
     return "\n".join(lines)
 
 
-def render_check_list(checks: Mapping[str, AuditCheck], distributions: Mapping[str, str], console: Any) -> None:
+def render_check_list(checks: Mapping[str, AuditCheck], distributions: Mapping[str, str], console: Console) -> None:
     """`--list`: every registered check with family, severity, needs and the distribution it comes from."""
-    from rich.table import Table
-
     table = Table(title=f"{len(checks)} audit checks", title_justify="left", expand=True)
     for column in ("id", "family", "sev", "needs", "summary", "from"):
         table.add_column(column, no_wrap=column in ("id", "family", "sev"))

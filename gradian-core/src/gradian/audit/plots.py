@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from gradian.atomic_files import atomic_path
 from gradian.audit.runner import DiagnoseReport
@@ -17,7 +17,7 @@ class PlotsUnavailableError(GradianError):
     """matplotlib is not installed."""
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
 

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gradian.audit.adapter import read_adapter
 from gradian.audit.context import NEED_FLAGS, AuditContext
 from gradian.config import GradianConfig
+from gradian.data import scan_dataset
+from gradian.data.loading import scan_eval_dataset
 from gradian.errors import ConfigError, DatasetError, GradianError
+from gradian.model.base import _load_tokenizer_from, local_base_model_named_by
+from gradian.plugins import PluginSet, get_plugins
 from gradian.records import FAMILIES, SEVERITIES, AuditCheck, Finding, Need, RunArtifact
+from gradian.runs import read_run
+from gradian.runs.training_format import TokenizerChoice
+from gradian.user_files import DATASET_LIMIT, read_bytes
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 FAIL_ON = ("error", "warning", "never")
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
@@ -84,8 +96,6 @@ def resolve_selection(checks: Mapping[str, AuditCheck], select: Sequence[str] = 
             elif item in checks:
                 chosen.add(item)
             else:
-                import difflib
-
                 close = difflib.get_close_matches(item, list(checks) + list(FAMILIES), n=1)
                 hint = f"did you mean {close[0]}?" if close else "run `gradian diagnose --list` to see the check ids"
                 raise ConfigError(f"{flag}: {item!r} is neither a check id nor a family ({', '.join(FAMILIES)})", hint)
@@ -160,8 +170,6 @@ def ensure_utf8(path: Path, what: str = "dataset") -> None:
     path = Path(path)
     if not path.is_file() or path.suffix.lower() == ".parquet":
         return
-    from gradian.user_files import DATASET_LIMIT, read_bytes
-
     data = read_bytes(path, what, DatasetError, limit=DATASET_LIMIT)  # bounded: /dev/zero or 20 GiB never fill memory
     try:
         data.decode("utf-8")
@@ -185,8 +193,6 @@ def run_inputs(artifact: RunArtifact, run_config: Path | None = None) -> dict[st
 
 def base_model_from_adapter(adapter_dir: Path | None, inputs: dict[str, Any]) -> str | None:
     """The base model the adapter names, when it is on this machine (diagnose runs without one otherwise)."""
-    from gradian.model.base import local_base_model_named_by
-
     named = local_base_model_named_by(adapter_dir) if adapter_dir is not None else None
     if named is not None:
         inputs["base_model"] = named
@@ -204,37 +210,28 @@ def build_context(
     run_config: Path | None = None,
     adapter: Path | None = None,
     base_model: str | None = None,
-    tokenizer: Any = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     tokenizer_dir: Path | None = None,
     trust_remote_code: bool = False,
-    plugins: Any = None,
+    plugins: PluginSet | None = None,
 ) -> tuple[AuditContext, dict[str, Any]]:
     """Load every input that was given into an AuditContext, and describe the inputs for the report."""
-    from gradian.audit.adapter import read_adapter
-    from gradian.runs import read_run
-
     inputs: dict[str, Any] = {}
     if tokenizer_dir is not None and tokenizer is None:  # --tokenizer: what the template and loss checks render with
-        from gradian.model.base import _load_tokenizer_from
-
         tokenizer = _load_tokenizer_from(Path(tokenizer_dir).expanduser(), trust_remote_code=trust_remote_code)
         inputs["tokenizer"] = str(tokenizer_dir)
     scan = eval_scan = artifact = adapter_info = None
     if dataset is not None:
-        from gradian.data import scan_dataset
-
         ensure_utf8(Path(dataset))
         scan = scan_dataset(dataset)
         inputs["dataset"] = {"path": str(dataset), "rows": scan.rows, "bad_rows": len(scan.problems)}
     if eval_dataset is not None:
-        from gradian.data.loading import scan_eval_dataset
-
         ensure_utf8(Path(eval_dataset), "eval dataset")
         eval_scan = scan_eval_dataset(eval_dataset)
         eval_scan.raise_first()
         inputs["eval_dataset"] = {"path": str(eval_dataset), "rows": eval_scan.rows}
     if run is not None:
-        readers = (plugins or _plugins()).run_log_readers()
+        readers = (plugins or get_plugins()).run_log_readers()
         artifact = read_run(Path(run), run_format, readers, run_config)
         inputs["run"] = run_inputs(artifact, run_config)
     if adapter is not None:
@@ -252,16 +249,8 @@ def build_context(
     ctx = AuditContext(config, dataset=scan, eval_dataset=eval_scan, run=artifact, adapter=adapter_info,
                        base_model=base_model, tokenizer=tokenizer, trust_remote_code=trust_remote_code)
     if tokenizer_dir is not None:
-        from gradian.runs.training_format import TokenizerChoice
-
         ctx.tokenizer_choice = TokenizerChoice(f"the tokenizer given ({tokenizer_dir})")
     return ctx, inputs
-
-
-def _plugins() -> Any:
-    from gradian.plugins import get_plugins
-
-    return get_plugins()
 
 
 def diagnose(
@@ -276,10 +265,10 @@ def diagnose(
     config: GradianConfig | None = None,
     select: Sequence[str] = (),
     ignore: Sequence[str] = (),
-    tokenizer: Any = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     tokenizer_dir: Path | str | None = None,
     trust_remote_code: bool = False,
-    plugins: Any = None,
+    plugins: PluginSet | None = None,
 ) -> DiagnoseReport:
     """Run the audit checks on whatever inputs are given (Python API of `gradian diagnose`)."""
     if dataset is None and run is None and adapter is None:
@@ -287,7 +276,7 @@ def diagnose(
     if run_config is not None and run is None:
         raise ConfigError(f"--run-config {run_config} needs --run", "add --run with the output_dir the run wrote")
     started = time.perf_counter()
-    plugins = plugins or _plugins()
+    plugins = plugins or get_plugins()
     checks = resolve_selection(plugins.audit_checks(), select, ignore)
     ctx, inputs = build_context(
         config or GradianConfig(),

@@ -10,15 +10,18 @@ through :func:`gradian.model.base.load_tokenizer`. Either way the pad token is g
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
+
+from gradian.model.base import ensure_pad_token, load_tokenizer, resolve_base_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 GENERIC_FAST_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
 
 
-def load_audit_tokenizer(name: str, *, trust_remote_code: bool = False) -> Any:
+def load_audit_tokenizer(name: str, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """The base model's tokenizer, as load_tokenizer gives it, importing torch only when it must."""
-    from gradian.model.base import ensure_pad_token, load_tokenizer, resolve_base_model
-
     path = resolve_base_model(name)
     try:
         config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))

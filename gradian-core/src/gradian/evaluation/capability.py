@@ -5,14 +5,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.config import EvaluationConfig
+from gradian.data import encode_answer, encode_prompt
 from gradian.errors import EvaluationError
 from gradian.evaluation.bootstrap import paired_bootstrap
-from gradian.evaluation.generation import Progress
+from gradian.evaluation.generation import Progress, greedy_generate, pad_token_id
+from gradian.evaluation.loglik import answer_logliks
 from gradian.evaluation.metrics import get_metric
 from gradian.evaluation.query_signal import QuerySignalChoice, validate_query_signal
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedTokenizerBase
+
+    from gradian.data.examples import Example
+    from gradian.model.loaded import LoadedModel
 
 # A bootstrap of one item has no spread at all, so its "interval" says nothing about noise.
 MIN_ITEMS_FOR_SIGNIFICANCE = 2
@@ -74,7 +83,7 @@ class CapabilityResult:
         return data
 
 
-def capability_from_scores(metric: str, items: Sequence[Any], base_scores: Sequence[float],
+def capability_from_scores(metric: str, items: Sequence[Example], base_scores: Sequence[float],
                            finetuned_scores: Sequence[float], config: EvaluationConfig, *,
                            base_outputs: Sequence[str | None] | None = None,
                            finetuned_outputs: Sequence[str | None] | None = None) -> CapabilityResult:
@@ -111,7 +120,8 @@ def capability_from_scores(metric: str, items: Sequence[Any], base_scores: Seque
     )
 
 
-def evaluate_capability(model: Any, eval_dataset: Iterable[Any], config: EvaluationConfig,
+def evaluate_capability(model: LoadedModel | tuple[PeftModel, PreTrainedTokenizerBase], eval_dataset: Iterable[Example],
+                        config: EvaluationConfig,
                         progress: Progress | None = None, *, max_seq_length: int | None = None) -> CapabilityResult:
     """Score the eval set with the adapter disabled and enabled and measure the capability delta.
 
@@ -124,9 +134,6 @@ def evaluate_capability(model: Any, eval_dataset: Iterable[Any], config: Evaluat
     validate_query_signal(config.metric, config.query_signal)  # fail before minutes of generation, not after
     items = checked_eval_items(eval_dataset)
     if metric.generates_text:
-        from gradian.data import encode_prompt
-        from gradian.evaluation.generation import greedy_generate
-
         prompts = [encode_prompt(example.prompt_messages, tokenizer) for example in items]
 
         def run(stage: str) -> list[str]:
@@ -141,9 +148,6 @@ def evaluate_capability(model: Any, eval_dataset: Iterable[Any], config: Evaluat
         return capability_from_scores(config.metric, items, base_scores, finetuned_scores, config,
                                       base_outputs=base_outputs, finetuned_outputs=finetuned_outputs)
 
-    from gradian.evaluation.generation import pad_token_id
-    from gradian.evaluation.loglik import answer_logliks
-
     encoded = _encode_answers(items, tokenizer, max_seq_length)
     pad_id = pad_token_id(tokenizer)
     with peft_model.disable_adapter():
@@ -154,7 +158,7 @@ def evaluate_capability(model: Any, eval_dataset: Iterable[Any], config: Evaluat
     return capability_from_scores(config.metric, items, base_scores, finetuned_scores, config)
 
 
-def checked_eval_items(eval_dataset: Iterable[Any]) -> list[Any]:
+def checked_eval_items(eval_dataset: Iterable[Example]) -> list[Example]:
     """The eval Examples as a list; an empty set or items without a prompt or an answer are EvaluationErrors."""
     items = list(eval_dataset)
     if not items:
@@ -204,13 +208,14 @@ def refusal_message(result: CapabilityResult) -> str:
     )
 
 
-def _prompt_text(example: Any) -> str:
+def _prompt_text(example: Example) -> str:
     """The message the answer replies to (the last prompt turn), as the report shows it."""
     messages = example.prompt_messages
     return messages[-1].content if messages else ""
 
 
-def _unpack_model(model: Any) -> tuple[Any, Any]:
+def _unpack_model(model: LoadedModel | tuple[PeftModel, PreTrainedTokenizerBase]
+                  ) -> tuple[PeftModel, PreTrainedTokenizerBase]:
     """(peft_model, tokenizer) from a LoadedModel or a pair; a model without an adapter is an EvaluationError."""
     if isinstance(model, tuple):
         peft_model, tokenizer = model
@@ -222,10 +227,9 @@ def _unpack_model(model: Any) -> tuple[Any, Any]:
     return peft_model, tokenizer
 
 
-def _encode_answers(items: Sequence[Any], tokenizer: Any, max_seq_length: int | None) -> list[tuple[list[int], list[int]]]:
+def _encode_answers(items: Sequence[Example], tokenizer: PreTrainedTokenizerBase,
+                    max_seq_length: int | None) -> list[tuple[list[int], list[int]]]:
     """Prompt + wanted answer per item as (input_ids, labels); an answer truncated away is an EvaluationError."""
-    from gradian.data import encode_answer
-
     # No limit by default: the eval set is scored whole, however long its prompts are.
     limit = max_seq_length if max_seq_length is not None else 1 << 30
     encoded = []

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # End-of-turn markers of the common chat templates; generation stops at any of them that the tokenizer knows.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>", "<|end|>", "</s>")
@@ -12,11 +17,11 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftex
 Progress = Callable[[str, int, int], None]
 
 
-def stop_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module | None = None) -> list[int]:
     """Token ids that end a generated answer: eos of the tokenizer and model, plus known end-of-turn tokens."""
     ids: list[int] = []
 
-    def add(value: Any) -> None:
+    def add(value: int | list[int] | tuple[int, ...] | None) -> None:
         for token_id in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(token_id, int) and token_id >= 0 and token_id not in ids:
                 ids.append(token_id)
@@ -32,7 +37,7 @@ def stop_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
     return ids
 
 
-def pad_token_id(tokenizer: Any) -> int:
+def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """The id used for padding: the tokenizer's pad token, else its eos token."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
@@ -41,7 +46,7 @@ def pad_token_id(tokenizer: Any) -> int:
 
 
 @contextmanager
-def eval_mode(model: Any) -> Iterator[None]:
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """Put the model in eval mode for the block and restore its previous train/eval state afterwards."""
     was_training = model.training
     model.eval()
@@ -51,12 +56,12 @@ def eval_mode(model: Any) -> Iterator[None]:
         model.train(was_training)
 
 
-def model_device(model: Any) -> Any:
+def model_device(model: torch.nn.Module) -> torch.device:
     """The device of the model's first parameter (where inputs must go)."""
     return next(model.parameters()).device
 
 
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded input ids and the matching attention mask, as long tensors."""
     import torch
 
@@ -70,8 +75,9 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
     return input_ids, attention_mask
 
 
-def greedy_generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                    batch_size: int = 8, progress: Progress | None = None, stage: str = "generate") -> list[str]:
+def greedy_generate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase,
+                    prompts: Sequence[Sequence[int]], *, max_new_tokens: int, batch_size: int = 8,
+                    progress: Progress | None = None, stage: str = "generate") -> list[str]:
     """Greedy continuations of encoded prompts, cut at eos / end-of-turn, decoded without special tokens."""
     import torch
     from transformers import GenerationConfig
@@ -101,7 +107,7 @@ def greedy_generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]]
     return outputs
 
 
-def _decode_until_stop(tokenizer: Any, token_ids: list[int], stops: list[int]) -> str:
+def _decode_until_stop(tokenizer: PreTrainedTokenizerBase, token_ids: list[int], stops: list[int]) -> str:
     """Decode the tokens before the first stop token, with special tokens stripped."""
     stop_set = set(stops)
     cut = next((i for i, token_id in enumerate(token_ids) if token_id in stop_set), len(token_ids))

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gradian.evaluation.generation import Progress, eval_mode, left_pad, model_device
+
+if TYPE_CHECKING:
+    import torch
 
 IGNORE_INDEX = -100
 
 
-def answer_logliks(model: Any, encoded: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: int,
+def answer_logliks(model: torch.nn.Module, encoded: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: int,
                    batch_size: int = 8, progress: Progress | None = None, stage: str = "loglik") -> list[float]:
     """For each (input_ids, labels) pair, the mean log-probability of the tokens whose label is not -100."""
     import torch
