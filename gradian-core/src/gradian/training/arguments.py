@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradian.errors import ConfigError, DeviceError
+from gradian.model.placement import Placement, resolve_placement
 
 if TYPE_CHECKING:
-    from gradian.model.placement import Placement
+    import torch
+    from peft import LoraConfig, PeftModel
+    from transformers import PreTrainedModel
+
+    from gradian.config import TrainConfig
 
 
-def planned_steps(n_examples: int, train: Any) -> int:
+def planned_steps(n_examples: int, train: TrainConfig) -> int:
     """Optimizer steps the run will take, counted the way transformers.Trainer counts them."""
     if train.max_steps is not None:
         return int(train.max_steps)
@@ -38,10 +44,9 @@ def check_training_placement(placement: Placement) -> None:
                           f"choose the GPU with CUDA_VISIBLE_DEVICES={wanted} and pass --device cuda")
 
 
-def trainer_arguments(train: Any, run_dir: Path, n_examples: int, placement: Placement | None = None) -> dict[str, Any]:
+def trainer_arguments(train: TrainConfig, run_dir: Path, n_examples: int,
+                      placement: Placement | None = None) -> dict[str, Any]:
     """Keyword arguments of transformers.TrainingArguments (and trl's SFTConfig) for a gradian run on ``placement``."""
-    from gradian.model.placement import resolve_placement
-
     placement = placement or resolve_placement()
     total = planned_steps(n_examples, train)
     on_cpu = placement.device_type == "cpu"
@@ -86,15 +91,13 @@ def trainer_arguments(train: Any, run_dir: Path, n_examples: int, placement: Pla
 
 def _checkpointing_key() -> str:
     """transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns)."""
-    import dataclasses
-
     from transformers import TrainingArguments
 
     names = {f.name for f in dataclasses.fields(TrainingArguments)}
     return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
-def lora_config(train: Any, base_model_name: str | None = None) -> Any:
+def lora_config(train: TrainConfig, base_model_name: str | None = None) -> LoraConfig:
     """A peft LoraConfig from train.lora_r / lora_alpha / lora_dropout / target_modules / use_rslora."""
     from peft import LoraConfig
 
@@ -110,7 +113,7 @@ def lora_config(train: Any, base_model_name: str | None = None) -> Any:
     )
 
 
-def attach_lora(model: Any, train: Any, base_model_name: str) -> Any:
+def attach_lora(model: PreTrainedModel, train: TrainConfig, base_model_name: str) -> PeftModel:
     """Wrap a base model in a fresh LoRA adapter, initialised from train.seed."""
     from peft import get_peft_model
     from transformers import set_seed
@@ -133,7 +136,7 @@ def attach_lora(model: Any, train: Any, base_model_name: str) -> Any:
     return peft_model
 
 
-def _is_linear(module: Any) -> bool:
+def _is_linear(module: torch.nn.Module) -> bool:
     import torch
 
     return isinstance(module, torch.nn.Linear)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gradian.data import encode, load_dataset
+from gradian.data.examples import Example, example_id
+from gradian.data.loss_mask import concrete_encoding
 from gradian.errors import DatasetError, TrainingError
 from gradian.records import TrainJob
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
 
 IGNORE_INDEX = -100
 
@@ -51,10 +59,8 @@ class EncodedSet:
         return tuple(notes)
 
 
-def training_examples(job: TrainJob) -> tuple[list[Any], tuple[str, ...]]:
+def training_examples(job: TrainJob) -> tuple[list[Example], tuple[str, ...]]:
     """The job's examples in order (dataset minus drop_ids, then extra datasets) and the ids dropped."""
-    from gradian.data import load_dataset
-
     examples = list(load_dataset(job.dataset))
     for extra in job.extra_datasets:
         # Positions continue across files, as if the extras were appended to the dataset: each file's own ids
@@ -99,33 +105,26 @@ def check_training_data(job: TrainJob) -> int:
         f"end each conversation with the assistant's answer, or list the rows with gradian diagnose --dataset {job.dataset}")
 
 
-def _has_an_answer(example: Any) -> bool:
+def _has_an_answer(example: Example) -> bool:
     """Whether the example supervises some text: a non-blank text row, or a non-blank supervised assistant turn."""
     if example.text is not None:
         return bool(example.text.strip())
     return any(message.supervised and message.content.strip() for message in example.messages)
 
 
-def _renumbered(examples: Sequence[Any], offset: int) -> list[Any]:
+def _renumbered(examples: Sequence[Example], offset: int) -> list[Example]:
     """The examples with positions (and the ids that embed them) shifted by ``offset``."""
-    import dataclasses
-
-    from gradian.data.examples import example_id
-
     return [dataclasses.replace(example, index=offset + position, id=example_id(offset + position, example.content_sha256))
             for position, example in enumerate(examples)]
 
 
-def encode_training_set(job: TrainJob, tokenizer: Any) -> EncodedSet:
+def encode_training_set(job: TrainJob, tokenizer: PreTrainedTokenizerBase) -> EncodedSet:
     """Load, filter and encode the job's examples with gradian's own encode() at train.max_seq_length.
 
     The loss mask and string-pair rendering are ``grads.loss_mask`` / ``string_pairs`` made concrete (``auto`` without
     a run: assistant turns, template), so verify's and inject's retraining, whose config comes from the report, train
     on the tokens the attributed run trained on.
     """
-    from gradian.data import encode
-    from gradian.data.loss_mask import concrete_encoding
-
     examples, dropped = training_examples(job)
     max_len = job.config.train.max_seq_length
     encoding = concrete_encoding(job.config.grads)
@@ -173,7 +172,7 @@ class PaddingCollator:
 
     pad_token_id: int
 
-    def __call__(self, rows: Sequence[dict[str, Sequence[int]]]) -> dict[str, Any]:
+    def __call__(self, rows: Sequence[dict[str, Sequence[int]]]) -> dict[str, torch.Tensor]:
         import torch
 
         width = max(len(row["input_ids"]) for row in rows)

@@ -15,10 +15,16 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from gradian import __version__
 from gradian.errors import TrainingError
-from gradian.records import TrainResult
+from gradian.records import TrainJob, TrainResult
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 ADAPTER_DIR = "adapter"
 RUN_DIR = "run"
@@ -46,7 +52,7 @@ class StagedOutput:
         return self.staging / RUN_DIR
 
 
-def job_layout(job: Any) -> StagedOutput:
+def job_layout(job: TrainJob) -> StagedOutput:
     """The adapter and run dirs a backend writes for a job (run_training points ``job.out`` at its staging dir)."""
     out = Path(job.out)
     staged = StagedOutput(out, out)
@@ -115,7 +121,8 @@ def final_loss(log_history: Sequence[dict[str, Any]]) -> float | None:
     return None
 
 
-def finish_run(trainer: Any, staged: StagedOutput, *, backend: str, started: float, notes: Sequence[str] = ()) -> TrainResult:
+def finish_run(trainer: Trainer, staged: StagedOutput, *, backend: str, started: float,
+               notes: Sequence[str] = ()) -> TrainResult:
     """Save a trained transformers.Trainer's adapter, state and arguments into the staging layout."""
     import torch
     from transformers.trainer import TRAINING_ARGS_NAME
@@ -136,12 +143,8 @@ def finish_run(trainer: Any, staged: StagedOutput, *, backend: str, started: flo
     )
 
 
-def write_job_files(run_dir: Path, job: Any, backend: str, notes: Sequence[str]) -> None:
+def write_job_files(run_dir: Path, job: TrainJob, backend: str, notes: Sequence[str]) -> None:
     """gradian-train.yaml (the config, reusable with --config) and gradian-job.json (what was trained on)."""
-    import yaml
-
-    from gradian import __version__
-
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(job.config.to_dict(), sort_keys=False), encoding="utf-8")
     record = {
         "gradian_version": __version__,

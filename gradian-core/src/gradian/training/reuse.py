@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradian import __version__
+from gradian.atomic_files import sha256_file, write_atomic
+from gradian.data.loss_mask import concrete_encoding
+from gradian.data.readers import directory_sha256
+from gradian.model.base import resolve_base_model
+from gradian.model.placement import Placement
 from gradian.records import TrainJob, TrainResult
+from gradian.training.output import ADAPTER_DIR, ADAPTER_FILES, RUN_DIR
 
 KEY_FILE = "gradian-train-key.json"
 # Base-model files above this size (the weights) are known by name and size: hashing gigabytes on every check
@@ -36,10 +43,6 @@ class Training:
 
 def adapter_key(job: TrainJob, backend: str) -> dict[str, Any]:
     """Everything that changes the adapter ``job`` trains with ``backend``, as JSON-ready data."""
-    from gradian import __version__
-    from gradian.data.loss_mask import concrete_encoding
-    from gradian.model.placement import Placement
-
     return {
         "gradian": __version__,
         "backend": backend,
@@ -54,8 +57,6 @@ def adapter_key(job: TrainJob, backend: str) -> dict[str, Any]:
 
 def train_or_reuse(job: TrainJob, backend: str, train: Train) -> Training:
     """The adapter an identical earlier run left in ``job.out``, else ``train(job, backend)``'s, recorded for reuse."""
-    from gradian.atomic_files import write_atomic
-
     key = adapter_key(job, backend)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
     key_path = Path(job.out) / KEY_FILE
@@ -73,9 +74,6 @@ def train_or_reuse(job: TrainJob, backend: str, train: Train) -> Training:
 
 def base_model_identity(name: str) -> dict[str, Any]:
     """The base model as its name and its directory's files: hashed whole up to HASHED_FILE_LIMIT, else sized."""
-    from gradian.atomic_files import sha256_file
-    from gradian.model.base import resolve_base_model
-
     files = {}
     for path in sorted(p for p in resolve_base_model(name).iterdir() if p.is_file()):
         size = path.stat().st_size
@@ -85,16 +83,11 @@ def base_model_identity(name: str) -> dict[str, Any]:
 
 def _data_sha256(path: Path) -> str:
     """sha256 of a dataset's bytes (every file of a save_to_disk directory), as loading records it."""
-    from gradian.atomic_files import sha256_file
-    from gradian.data.readers import directory_sha256
-
     return directory_sha256(path) if path.is_dir() else sha256_file(path)
 
 
 def _finished(key_path: Path, digest: str) -> TrainResult | None:
     """The result recorded with ``digest``, when its adapter and run dir are all there; else None."""
-    from gradian.training.output import ADAPTER_DIR, ADAPTER_FILES, RUN_DIR
-
     out = key_path.parent
     try:
         record = json.loads(key_path.read_text(encoding="utf-8"))
