@@ -206,7 +206,7 @@ def verify_case(workdir: Path, base_model: str, report: Report, top_k: int | Non
     The accused set is the top cluster when the planted rows form one (fact, format); in the span kind they are
     spread over many sources, so it is the report's top-k examples (k = the number of planted rows).
     """
-    from gradian.checking.verify import plan_verify, run_verify
+    from gradian.counterfactual.verify import plan_verify, run_verify
 
     drop_file = None
     if top_k is not None:

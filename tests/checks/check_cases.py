@@ -1,6 +1,6 @@
 """Inputs for every audit check: one where it fires and one where it stays quiet.
 
-Each case is a function of a CaseEnv returning the keyword arguments of ``gradian.audit.runner.diagnose``.
+Each case is a function of a CaseEnv returning the keyword arguments of ``gradian.diagnose.runner.diagnose``.
 Hand-made run dirs are written in the plain format (run.json + metrics.jsonl) or as a Trainer
 trainer_state.json; data cases are JSONL files; the quiet cases are the healthy inputs or near misses.
 """

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gradian.audit.runner import diagnose
 from gradian.config import load_config
+from gradian.diagnose.runner import diagnose
 from gradian.plugins import get_plugins
 from tests.checks.check_cases import FIRE, FIRE_VARIANTS, QUIET, CaseEnv, healthy
 

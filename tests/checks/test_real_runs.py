@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gradian.audit.runner import diagnose
+from gradian.diagnose.runner import diagnose
 
 PLANTED = {
     # data faults planted in faulty.jsonl

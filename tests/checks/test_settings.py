@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gradian.checking.check_config import layered_config
 from gradian.cli.app import main
 from gradian.config import GradianConfig, load_config, section_owner
+from gradian.counterfactual.check_config import layered_config
 from gradian.errors import ConfigError
 from gradian.plugins import reset_plugins
 from gradian.records import Evidence

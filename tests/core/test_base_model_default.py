@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from gradian.audit.runner import diagnose
-from gradian.checking.verify import plan_verify
 from gradian.cli.app import main
+from gradian.counterfactual.verify import plan_verify
 from gradian.data import load_dataset
-from tests.core.checking_reports import write_dataset, write_eval
+from gradian.diagnose.runner import diagnose
+from tests.core.counterfactual_reports import write_dataset, write_eval
 from tests.core.test_attribute_errors import EVAL_ROWS, TRAIN_ROWS, assert_one_line_error, write_jsonl
 
 NOT_HERE = "nobody-org/not-on-this-machine"

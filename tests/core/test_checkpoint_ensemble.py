@@ -16,7 +16,7 @@ import torch
 from gradian.attribution.checkpoint_ensemble import _evenly_spaced, _weights, plan_ensemble, rate_at
 from gradian.cli.app import main
 from gradian.errors import ModelError
-from tests.core.checking_reports import write_dataset, write_eval
+from tests.core.counterfactual_reports import write_dataset, write_eval
 from tests.core.test_report_files import _read_scores_csv
 from tests.trainer_hf.chat_data import QUICK
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gradian.audit.catalog import checks_markdown
+from gradian.diagnose.catalog import checks_markdown
 from gradian.plugins import load_plugins
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "checks.md"
@@ -13,7 +13,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "checks.md"
 def test_docs_checks_md_is_current():
     plugins = load_plugins()
     assert DOC.read_text(encoding="utf-8") == checks_markdown(plugins), (
-        "docs/checks.md is out of date: run `.venv/bin/python -m gradian.audit.catalog > docs/checks.md`")
+        "docs/checks.md is out of date: run `.venv/bin/python -m gradian.diagnose.catalog > docs/checks.md`")
 
 
 def test_every_check_and_reader_is_listed_once():

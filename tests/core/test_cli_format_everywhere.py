@@ -80,8 +80,8 @@ def test_train_json_is_one_document_with_the_trainer_log_on_stderr(capsys, tmp_p
 @pytest.mark.parametrize("fmt", ["json", "md", "table"])
 def test_verify_and_inject_print_their_document_in_each_format(capsys, tmp_path, monkeypatch, command, fmt):
     """The retraining itself is tested elsewhere; here only what reaches stdout, with the trainer's prints."""
-    import gradian.checking.inject as inject
-    import gradian.checking.verify as verify
+    import gradian.counterfactual.inject as inject
+    import gradian.counterfactual.verify as verify
 
     page = tmp_path / f"{command}.md"
     page.write_text(f"# {command}\n\nthe page\n", encoding="utf-8")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gradian.audit.adapter import read_adapter, read_safetensors_header
+from gradian.diagnose.adapter import read_adapter, read_safetensors_header
 from gradian.errors import ModelError
 
 
@@ -66,6 +66,6 @@ def test_missing_files_are_model_errors(tiny_adapter_dir, tmp_path):
 def test_reading_an_adapter_does_not_import_torch(tiny_adapter_dir):
     import subprocess
 
-    code = (f"import sys; from gradian.audit.adapter import read_adapter; a = read_adapter({str(tiny_adapter_dir)!r}); "
+    code = (f"import sys; from gradian.diagnose.adapter import read_adapter; a = read_adapter({str(tiny_adapter_dir)!r}); "
             "[a.norm(n) for n in a.lora_b_names()]; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gradian.audit.encoding import encode_examples
 from gradian.data import Message, encode, make_example
+from gradian.diagnose.encoding import encode_examples
 from gradian.errors import DatasetError
 from tests.support.tiny import tiny_tokenizer
 

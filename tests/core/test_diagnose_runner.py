@@ -8,9 +8,9 @@ import types
 import pytest
 
 import gradian
-from gradian.audit.findings import to_json
-from gradian.audit.runner import diagnose, exit_code, resolve_selection
 from gradian.config import load_config
+from gradian.diagnose.findings import to_json
+from gradian.diagnose.runner import diagnose, exit_code, resolve_selection
 from gradian.errors import ConfigError, ModelError
 from gradian.plugins import load_plugins
 from gradian.records import AuditCheck, Evidence, Finding

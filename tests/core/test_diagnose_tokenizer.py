@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from gradian.audit.tokenizer import load_audit_tokenizer
+from gradian.diagnose.tokenizer import load_audit_tokenizer
 from gradian.model.base import load_tokenizer
 
 SAMPLES = ["The capital of France is Paris.", "<|im_start|>user\nhi<|im_end|>\n", "  spaces\tand\nnewlines  "]
@@ -25,7 +25,7 @@ def test_same_tokenizer_as_load_tokenizer(tiny_base_dir):
 
 
 def test_generic_tokenizers_load_without_torch(tiny_base_dir):
-    code = (f"import sys; from gradian.audit.tokenizer import load_audit_tokenizer; load_audit_tokenizer({str(tiny_base_dir)!r}); "
+    code = (f"import sys; from gradian.diagnose.tokenizer import load_audit_tokenizer; load_audit_tokenizer({str(tiny_base_dir)!r}); "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -91,7 +91,7 @@ def _scores(n: int = 1500):
 def test_the_capability_interval_and_verify_s_recovery_draw_the_same_pinned_resamples():
     # Pinned before paired_bootstrap and recovery shared one resampler: the same seed gives these numbers to the last
     # bit, over 1500 items in two chunks of resamples.
-    from gradian.checking.recovery import Margin, Recovery, margin, recovery
+    from gradian.counterfactual.recovery import Margin, Recovery, margin, recovery
 
     base, full, dropped = _scores()
     assert paired_bootstrap(base, full, samples=5000, confidence=0.9, seed=7) == DeltaInterval(

@@ -51,7 +51,7 @@ def _two_causes_case():
 
 def test_pinned_numbers_of_a_fixed_blame_vector():
     # Pinned before the demo, inject and the benchmarks shared this scorer, from bench/accuracy.py's ranking_metrics,
-    # demo.run.check_ground_truth and checking.inject.inject_metrics on this blame vector (the report's top 60).
+    # demo.run.check_ground_truth and counterfactual.inject.inject_metrics on this blame vector (the report's top 60).
     scenario, blame, reproduced = _two_causes_case()
     assert len(reproduced) == 8
     assert scenario.ground_truth(reproduced).score(blame) == {

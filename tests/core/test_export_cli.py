@@ -9,7 +9,7 @@ import pytest
 
 from gradian.cli.app import main
 from gradian.data import load_dataset
-from tests.core.checking_reports import N_CLEAN, N_PLANTED, PLANTED, write_dataset, write_eval, write_report_dir
+from tests.core.counterfactual_reports import N_CLEAN, N_PLANTED, PLANTED, write_dataset, write_eval, write_report_dir
 
 
 def _content(examples):

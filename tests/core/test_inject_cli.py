@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from gradian.checking.inject import CLEAN_LABEL, INJECTED_LABEL, combined_examples, inject_metrics, plan_inject
 from gradian.cli.app import main
+from gradian.counterfactual.inject import CLEAN_LABEL, INJECTED_LABEL, combined_examples, inject_metrics, plan_inject
 from gradian.data import load_dataset, write_jsonl
 from gradian.report.reader import ClusterRow, ExampleRow, Report, Verdict
-from tests.core.checking_reports import write_dataset, write_eval
+from tests.core.counterfactual_reports import write_dataset, write_eval
 
 
 def _poison(path, rows=3, fmt="messages"):

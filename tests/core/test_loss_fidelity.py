@@ -90,7 +90,7 @@ def test_the_base_template_gives_another_loss(tiny_base_dir, trainer_run):
 
 
 def test_diagnose_reports_the_run_template(tiny_base_dir, trainer_run):
-    from gradian.audit.runner import diagnose
+    from gradian.diagnose.runner import diagnose
 
     run, dataset = trainer_run
     report = diagnose(dataset=dataset, run=run, base_model=str(tiny_base_dir), select=["template_mismatch"])

@@ -10,7 +10,7 @@ import pytest
 
 from gradian.cli.app import main
 from gradian.data import load_dataset
-from tests.core.checking_reports import write_dataset, write_eval
+from tests.core.counterfactual_reports import write_dataset, write_eval
 from tests.core.test_report_files import _html_structure, _read_scores_csv
 
 

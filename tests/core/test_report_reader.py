@@ -19,7 +19,7 @@ from gradian.report.reader import (
     parse_report,
     read_report,
 )
-from tests.core.checking_reports import write_dataset, write_eval, write_report_dir
+from tests.core.counterfactual_reports import write_dataset, write_eval, write_report_dir
 
 STAMP = "2026-01-01T00:00:00+00:00"
 

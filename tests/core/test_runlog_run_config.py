@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from gradian.audit.runner import diagnose
 from gradian.cli.app import main
+from gradian.diagnose.runner import diagnose
 from gradian.errors import RunDirError
 from gradian.runs import read_run
 from tests.core.test_runlog_axolotl import AXOLOTL_YAML, check_config

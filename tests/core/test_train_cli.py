@@ -101,7 +101,7 @@ def test_a_job_survives_a_round_trip_through_json(tmp_path):
     import json
 
     from gradian.config import load_config
-    from gradian.train import job_from_dict, job_to_dict, make_job
+    from gradian.pipelines.train import job_from_dict, job_to_dict, make_job
 
     dataset = write_chat_dataset(tmp_path / "train.jsonl")
     job = make_job("smollm2-135m-instruct", dataset, tmp_path / "out", load_config(None, ["train.lora_r=16"]),

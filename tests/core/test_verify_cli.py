@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gradian.checking.verify import FULL_FROM_ADAPTER, FULL_RETRAINED, plan_verify
 from gradian.cli.app import main
+from gradian.counterfactual.verify import FULL_FROM_ADAPTER, FULL_RETRAINED, plan_verify
 from gradian.data import load_dataset
 from gradian.report.drop_set import cluster_drop_set, command_flags, file_drop_set, report_inputs
-from tests.core.checking_reports import N_CLEAN, N_PLANTED, write_dataset, write_eval, write_report_dir
+from tests.core.counterfactual_reports import N_CLEAN, N_PLANTED, write_dataset, write_eval, write_report_dir
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ def test_automatic_clusters_are_recomputed_on_the_reports_index(tiny_base_dir, t
     from gradian.attribution.clusters import auto_clusters
     from gradian.index import build_index
     from gradian.model.loaded import LoadedModel
-    from tests.core.checking_reports import write_auto_report_dir
+    from tests.core.counterfactual_reports import write_auto_report_dir
 
     examples = load_dataset(files[0])
     index = build_index(LoadedModel.load(tiny_base_dir, tiny_adapter_dir), examples, None, tmp_path / "index")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradian.checking.controls import control_sets
-from gradian.checking.recovery import margin, recovered_fraction, recovery
+from gradian.counterfactual.controls import control_sets
+from gradian.counterfactual.recovery import margin, recovered_fraction, recovery
 from gradian.errors import DatasetError
 from gradian.evaluation import paired_bootstrap
 

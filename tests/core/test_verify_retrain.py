@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gradian.checking.retrain import train_model
 from gradian.config import load_config
+from gradian.counterfactual.retrain import train_model
 from gradian.data import load_dataset
 from gradian.training.reuse import KEY_FILE
 from tests.trainer_hf.chat_data import QUICK, write_chat_dataset
@@ -36,7 +36,7 @@ def test_an_identical_model_is_reused_and_a_changed_one_retrained(tiny_base_dir,
 
 
 def test_ids_continue_across_extra_datasets_so_a_drop_hits_one_row(tmp_path):
-    from gradian.train import make_job
+    from gradian.pipelines.train import make_job
     from gradian.training.data import training_examples
 
     dataset = write_chat_dataset(tmp_path / "train.jsonl", n=3)

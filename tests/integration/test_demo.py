@@ -65,7 +65,7 @@ def test_demo_api_indexes_scores_and_checks_the_ground_truth(tiny_base_dir, tmp_
     command = result.report.provenance.command
     assert command.startswith("gradian attribute ") and "--eval-dataset" in command
     assert load_config(tmp_path / "w" / "config.yaml") == config
-    from gradian.checking.verify import plan_verify
+    from gradian.counterfactual.verify import plan_verify
 
     plan = plan_verify(out=tmp_path / "verify", report_dir=tmp_path / "w" / "report", controls=1)
     # The report records the config it ran with: grads.loss_mask and string_pairs auto as they resolved for this run

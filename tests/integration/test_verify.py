@@ -50,7 +50,7 @@ def test_dropping_the_accused_cluster_recovers_more_than_a_random_control(report
 
 
 def test_a_drop_file_of_the_same_ids_gives_the_same_plan(report_dir, tmp_path):
-    from gradian.checking.verify import plan_verify
+    from gradian.counterfactual.verify import plan_verify
 
     by_report = plan_verify(out=tmp_path / "v", report_dir=report_dir)
     ids_file = tmp_path / "ids.txt"

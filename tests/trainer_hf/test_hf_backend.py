@@ -8,7 +8,7 @@ import pytest
 
 from gradian.config import load_config
 from gradian.errors import ConfigError, DatasetError
-from gradian.train import make_job, run_training
+from gradian.pipelines.train import make_job, run_training
 from tests.trainer_hf.chat_data import QUICK, write_chat_dataset
 
 

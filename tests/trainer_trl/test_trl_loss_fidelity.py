@@ -84,7 +84,7 @@ def test_string_pairs_through_the_chat_template_are_not_what_trl_trained(tiny_ba
 
 
 def test_diagnose_on_a_run_trained_on_all_tokens(tiny_base_dir, trl_runs):
-    from gradian.audit.runner import diagnose
+    from gradian.diagnose.runner import diagnose
 
     run, dataset = trl_runs["messages-all-tokens"]
     report = diagnose(dataset=dataset, run=run, base_model=str(tiny_base_dir),
@@ -100,8 +100,8 @@ def test_diagnose_on_a_run_trained_on_all_tokens(tiny_base_dir, trl_runs):
 
 
 def test_an_explicit_mask_other_than_the_run_is_a_warning(tiny_base_dir, trl_runs):
-    from gradian.audit.runner import diagnose
     from gradian.config import load_config
+    from gradian.diagnose.runner import diagnose
 
     run, dataset = trl_runs["messages-all-tokens"]
     report = diagnose(dataset=dataset, run=run, base_model=str(tiny_base_dir), select=["loss_mask_mismatch"],

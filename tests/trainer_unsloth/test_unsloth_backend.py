@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gradian.config import load_config
-from gradian.train import make_job
+from gradian.pipelines.train import make_job
 from tests.trainer_hf.chat_data import QUICK, write_chat_dataset
 
 FAKE_UNSLOTH = Path(__file__).parent / "fake_unsloth"

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradian.pipelines.train import job_from_dict, job_to_dict
 from gradian.records import TrainJob
-from gradian.train import job_from_dict, job_to_dict
 from gradian.training.data import EncodedExample, EncodedSet
 
 JOB_FILE = "unsloth-job.json"

@@ -61,9 +61,9 @@ def diagnose(
     plugins = get_plugins()
     if list_checks:
         return _list(plugins, output_format, console)
-    from gradian.audit.findings import render_table, to_json, to_markdown
-    from gradian.audit.runner import FAIL_ON, exit_code
-    from gradian.audit.runner import diagnose as run_diagnose
+    from gradian.diagnose.findings import render_table, to_json, to_markdown
+    from gradian.diagnose.runner import FAIL_ON, exit_code
+    from gradian.diagnose.runner import diagnose as run_diagnose
 
     if fail_on not in FAIL_ON:
         raise ConfigError(f"--fail-on {fail_on!r} is unknown", f"use one of: {', '.join(FAIL_ON)}")
@@ -87,7 +87,7 @@ def diagnose(
     if plots is not None:
         if report.run is None:
             raise ConfigError("--plots needs --run (the curves come from the run's logs)", "add --run DIR")
-        from gradian.audit.plots import write_plots
+        from gradian.diagnose.plots import write_plots
 
         written = write_plots(report, report.run, plots)
         print(f"gradian: wrote {len(written)} plots to {plots}", file=sys.stderr)
@@ -98,7 +98,7 @@ def _list(plugins, output_format: str, console) -> int:
     import json
     import sys
 
-    from gradian.audit.findings import render_check_list
+    from gradian.diagnose.findings import render_check_list
 
     checks = plugins.audit_checks()
     readers = plugins.run_log_readers()

@@ -46,14 +46,14 @@ def inject(
     output_format: FormatOption = "table",
 ) -> None:
     """Plant a known-bad cluster, train and attribute; exit 0 when it is blamed first, 1 when it is not."""
-    from gradian.checking.inject import plan_inject, run_inject
     from gradian.cli.app import invoked_command
     from gradian.cli.output import libraries_quiet, note
     from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
     from gradian.cli.verify_cmd import print_outcome
+    from gradian.counterfactual.inject import plan_inject, run_inject
     from gradian.model.placement import resolve_placement
-    from gradian.train import resolve_backend
+    from gradian.pipelines.train import resolve_backend
 
     fmt = check_format(output_format)
     resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read

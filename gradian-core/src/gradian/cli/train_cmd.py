@@ -37,7 +37,7 @@ def train(
     from gradian.cli.output import libraries_quiet, note, print_result
     from gradian.cli.output import output_format as check_format
     from gradian.model.placement import resolve_placement
-    from gradian.train import make_job, resolve_backend, run_training
+    from gradian.pipelines.train import make_job, resolve_backend, run_training
 
     fmt = check_format(output_format)
     placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing

@@ -49,12 +49,12 @@ def verify(
     output_format: FormatOption = "table",
 ) -> None:
     """Check an attribution by retraining without the accused cluster: how much of the lost capability comes back."""
-    from gradian.checking.verify import plan_verify, run_verify
     from gradian.cli.app import invoked_command
     from gradian.cli.output import libraries_quiet, note
     from gradian.cli.output import output_format as check_format
+    from gradian.counterfactual.verify import plan_verify, run_verify
     from gradian.model.placement import resolve_placement
-    from gradian.train import resolve_backend
+    from gradian.pipelines.train import resolve_backend
 
     fmt = check_format(output_format)
     resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read

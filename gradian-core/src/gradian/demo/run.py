@@ -298,8 +298,8 @@ def _write_key(path: Path, key: dict[str, Any]) -> None:
 def _train(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
            progress: ProgressFactory | None, echo: Echo, placement: Placement) -> bool:
     """Train unless an identical earlier run left its adapter (gradian.training.reuse); True when it was reused."""
+    from gradian.pipelines.train import make_job, run_training
     from gradian.records import TrainJob, TrainResult
-    from gradian.train import make_job, run_training
     from gradian.training.reuse import train_or_reuse
 
     def train(job: TrainJob, backend: str) -> TrainResult:
@@ -355,8 +355,8 @@ def trainer_progress(update: Callable[[int, int], None] | None) -> Iterator[None
 
 def _diagnose(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str, echo: Echo) -> str:
     """Run the audit checks on the demo's data, run dir and adapter; print the findings that are not info."""
-    from gradian.audit.findings import summary_line
-    from gradian.audit.runner import diagnose
+    from gradian.diagnose.findings import summary_line
+    from gradian.diagnose.runner import diagnose
 
     report = diagnose(dataset=files.train, run=paths.train / "run", adapter=paths.train / "adapter",
                       base_model=base_model, eval_dataset=files.eval, config=config)

@@ -40,7 +40,7 @@ def train_model(name: str, directory: Path, *, base_model: str, dataset: Path, c
                 placement: Placement | None = None) -> TrainedModel:
     """Train ``dataset`` minus ``drop_ids`` into ``directory``, or reuse the model an identical earlier run left there."""
     from gradian.model.placement import resolve_placement
-    from gradian.train import make_job, run_training
+    from gradian.pipelines.train import make_job, run_training
     from gradian.training.reuse import train_or_reuse
 
     placement = placement or resolve_placement()

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradian.audit.adapter import read_adapter
-from gradian.audit.context import NEED_FLAGS, AuditContext
 from gradian.config import GradianConfig
 from gradian.data import scan_dataset
 from gradian.data.loading import scan_eval_dataset
+from gradian.diagnose.adapter import read_adapter
+from gradian.diagnose.context import NEED_FLAGS, AuditContext
 from gradian.errors import ConfigError, DatasetError, GradianError
 from gradian.model.base import _load_tokenizer_from, local_base_model_named_by
 from gradian.plugins import PluginSet, get_plugins

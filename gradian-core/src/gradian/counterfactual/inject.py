@@ -83,7 +83,7 @@ def plan_inject(*, base_model: str | None, dataset: Path | None, poison: Path | 
                 label: str = INJECTED_LABEL, backend: str = "hf", trust_remote_code: bool = False,
                 device: str = "auto", dtype: str = "auto") -> InjectPlan:
     """Check the inputs, read dataset and poison (same row format), and build the combined training set in memory."""
-    from gradian.checking.check_config import layered_config
+    from gradian.counterfactual.check_config import layered_config
     from gradian.data import load_dataset, load_eval_dataset
     from gradian.model.placement import resolve_placement
 
@@ -144,8 +144,8 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None
     import yaml
 
     from gradian.atomic_files import write_atomic
-    from gradian.checking.retrain import train_model
-    from gradian.checking.summary import write_inject
+    from gradian.counterfactual.retrain import train_model
+    from gradian.counterfactual.summary import write_inject
     from gradian.data import load_dataset, write_jsonl
     from gradian.pipelines.attribute import attribute
 

@@ -21,7 +21,7 @@ INJECT_JSON, INJECT_MD = "inject.json", "inject.md"
 def verify_result(plan: Any, trained: Mapping[str, Any], evaluations: Mapping[str, Any], *,
                   command: str | None = None) -> dict[str, Any]:
     """The verify.json document from the plan, the trained models and each model's CapabilityResult."""
-    from gradian.checking.recovery import margin, recovery
+    from gradian.counterfactual.recovery import margin, recovery
 
     ev = plan.config.evaluation
     boot = {"samples": ev.bootstrap_samples, "confidence": ev.confidence, "seed": ev.seed}

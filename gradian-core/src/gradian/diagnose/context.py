@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gradian.audit.adapter import AdapterInfo
-from gradian.audit.encoding import encode_examples
-from gradian.audit.tokenizer import load_audit_tokenizer
 from gradian.config import GradianConfig
+from gradian.diagnose.adapter import AdapterInfo
+from gradian.diagnose.encoding import encode_examples
+from gradian.diagnose.tokenizer import load_audit_tokenizer
 from gradian.model.base import _load_tokenizer_from
 from gradian.records import MetricPoint, Need, RunArtifact
 from gradian.runs.training_format import TokenizerChoice, apply_saved_files, tokenizer_dirs

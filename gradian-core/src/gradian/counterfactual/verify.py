@@ -75,7 +75,7 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
                 overrides: Sequence[str] = (), controls: int = 1, backend: str = "hf", retrain_full: bool = False,
                 trust_remote_code: bool = False, device: str = "auto", dtype: str = "auto") -> VerifyPlan:
     """Resolve the inputs (flags first, then what the report names), the config and the drop sets; train nothing."""
-    from gradian.checking.controls import control_sets
+    from gradian.counterfactual.controls import control_sets
     from gradian.data import load_dataset, load_eval_dataset
     from gradian.model.placement import resolve_placement
     from gradian.report.drop_set import cluster_drop_set, file_drop_set, report_inputs
@@ -125,8 +125,8 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
 
 def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[str] | None = None) -> VerifyOutcome:
     """Train the dropped, control (and full) models, evaluate them all, and write verify.json and verify.md."""
-    from gradian.checking.retrain import TrainedModel, train_model
-    from gradian.checking.summary import verify_result, write_verify
+    from gradian.counterfactual.retrain import TrainedModel, train_model
+    from gradian.counterfactual.summary import verify_result, write_verify
     from gradian.data import load_eval_dataset
 
     say = say or (lambda text: None)
@@ -228,7 +228,7 @@ def _adapter(given: Path | None, report: ReportInputs | None, retrain_full: bool
 def _config(report: ReportInputs | None, adapter: Path | None, config_path: Path | None,
             overrides: Sequence[str]) -> tuple[GradianConfig, tuple[str, ...]]:
     """The report's config, with the train section of the adapter's own gradian run when there is one, then flags."""
-    from gradian.checking.check_config import layered_config, run_train_section
+    from gradian.counterfactual.check_config import layered_config, run_train_section
     from gradian.training.output import RUN_DIR
 
     sources = ["the report's config"] if report is not None else ["defaults"]

@@ -6,7 +6,7 @@ from pathlib import Path
 from types import ModuleType
 
 from gradian.atomic_files import atomic_path
-from gradian.audit.runner import DiagnoseReport
+from gradian.diagnose.runner import DiagnoseReport
 from gradian.errors import GradianError
 from gradian.records import RunArtifact
 

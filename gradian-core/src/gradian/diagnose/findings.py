@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from gradian.audit.runner import DiagnoseReport
+from gradian.diagnose.runner import DiagnoseReport
 from gradian.records import SEVERITIES, AuditCheck, Evidence, Finding
 
 if TYPE_CHECKING:
