@@ -6,9 +6,8 @@ The heavy public API (``build_index``, ``attribute``, ``LoadedModel``) is import
 
 from __future__ import annotations
 
-from typing import Any
-
 from gradian.hookspecs import hookimpl
+from gradian.records import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -23,9 +22,4 @@ _LAZY = {
 __all__ = ["__version__", "hookimpl", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from gradian.records import load_object
-
-        return load_object(_LAZY[name])
-    raise AttributeError(f"module 'gradian' has no attribute {name!r}")
+__getattr__ = lazy_exports("gradian", _LAZY)

@@ -29,6 +29,17 @@ def load_object(target: str) -> Any:
     return obj
 
 
+def lazy_exports(package: str, table: Mapping[str, str]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` that imports each public name of ``table`` on first use (PEP 562)."""
+
+    def __getattr__(name: str) -> Any:
+        if name in table:
+            return load_object(table[name])
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
 # --- trainers -----------------------------------------------------------------------------------
 
 

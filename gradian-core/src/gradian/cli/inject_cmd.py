@@ -50,18 +50,11 @@ def inject(
     from gradian.cli.output import libraries_quiet, note
     from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
-    from gradian.cli.verify_cmd import print_outcome
+    from gradian.cli.verify_cmd import check_before_retraining, print_outcome
     from gradian.counterfactual.inject import plan_inject, run_inject
-    from gradian.model.placement import resolve_placement
-    from gradian.pipelines.train import resolve_backend
 
     fmt = check_format(output_format)
-    resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read
-    resolve_backend(backend)
-    if out is not None:  # before anything loads: a bad --out must not come after training
-        from gradian.output_location import check_output_dir
-
-        check_output_dir(out, "--out")
+    check_before_retraining(device, dtype, backend, out)
     plan = plan_inject(base_model=base_model, dataset=dataset, poison=poison, eval_dataset=eval_dataset, out=out,
                        config_path=config, overrides=set_ or (), k=k, label=label, backend=backend,
                        trust_remote_code=trust_remote_code, device=device, dtype=dtype)

@@ -53,16 +53,9 @@ def verify(
     from gradian.cli.output import libraries_quiet, note
     from gradian.cli.output import output_format as check_format
     from gradian.counterfactual.verify import plan_verify, run_verify
-    from gradian.model.placement import resolve_placement
-    from gradian.pipelines.train import resolve_backend
 
     fmt = check_format(output_format)
-    resolve_placement(device, dtype)  # a device or dtype this machine cannot run fails before anything is read
-    resolve_backend(backend)  # an unknown or missing backend fails before anything is read or trained
-    if out is not None:  # before anything loads: a bad --out must not come after training
-        from gradian.output_location import check_output_dir
-
-        check_output_dir(out, "--out")
+    check_before_retraining(device, dtype, backend, out)
     plan = plan_verify(out=out, report_dir=report, drop_file=drop, cluster=cluster, base_model=base_model,
                        adapter=adapter, dataset=dataset, eval_dataset=eval_dataset, config_path=config,
                        overrides=set_ or (), controls=controls, backend=backend, retrain_full=retrain_full,
@@ -71,6 +64,18 @@ def verify(
     with libraries_quiet():
         outcome = run_verify(plan, say=note, command=invoked_command())
     print_outcome(outcome, fmt, "verify")
+
+
+def check_before_retraining(device: str, dtype: str, backend: str, out: Path | None) -> None:
+    """What verify and inject refuse before anything is read or trained: the placement, the backend, --out."""
+    from gradian.model.placement import resolve_placement
+    from gradian.output_location import check_output_dir
+    from gradian.pipelines.train import resolve_backend
+
+    resolve_placement(device, dtype)  # a device or dtype this machine cannot run
+    resolve_backend(backend)  # an unknown or missing backend
+    if out is not None:  # a bad --out must not come after training
+        check_output_dir(out, "--out")
 
 
 def print_outcome(outcome: Any, fmt: str, name: str) -> None:

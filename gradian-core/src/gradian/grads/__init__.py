@@ -5,9 +5,7 @@ Submodules import torch; this package resolves its public names lazily so import
 
 from __future__ import annotations
 
-from typing import Any
-
-from gradian.records import load_object
+from gradian.records import lazy_exports
 
 _LAZY = {
     "Batch": "gradian.grads.batch:Batch",
@@ -26,7 +24,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return load_object(_LAZY[name])
-    raise AttributeError(f"module 'gradian.grads' has no attribute {name!r}")
+__getattr__ = lazy_exports("gradian.grads", _LAZY)

@@ -6,9 +6,7 @@ package stays cheap.
 
 from __future__ import annotations
 
-from typing import Any
-
-from gradian.records import load_object
+from gradian.records import lazy_exports
 
 _LAZY = {
     "build_index": "gradian.index.build:build_index",
@@ -25,7 +23,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return load_object(_LAZY[name])
-    raise AttributeError(f"module 'gradian.index' has no attribute {name!r}")
+__getattr__ = lazy_exports("gradian.index", _LAZY)
