@@ -13,15 +13,51 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gradian.attribution.adam_state import adam_second_moment
+from gradian.attribution.causes import CauseSplit, find_causes
+from gradian.attribution.checkpoint_ensemble import EnsembleBlame, score_checkpoints
+from gradian.attribution.clusters import assign_clusters, cluster_blame, clusters_from_field
 from gradian.attribution.index_statistics import index_statistics
+from gradian.attribution.preconditioners import Preconditioner
+from gradian.attribution.preconditioners import from_config as fit_from_config
+from gradian.attribution.results import ClusterResult, ExampleScores, SpanDrill
+from gradian.attribution.scoring import ItemBlameCollector, leading_rows, rescore_items, score_with_config
 from gradian.config import GradianConfig
+from gradian.data import load_dataset, load_eval_dataset
+from gradian.data.examples import Example
 from gradian.errors import ConfigError, GradientIndexError
+from gradian.evaluation import evaluate_capability, validate_query_signal
+from gradian.evaluation.capability import CapabilityResult
+from gradian.evaluation.query_signal import QuerySignalChoice
+from gradian.index.manifest import MANIFEST_NAME, read_manifest
+from gradian.index.store import Index, get_codec
 from gradian.memory import release_freed_memory
+from gradian.model.loaded import LoadedModel, check_unsloth_absent, require_adapter
+from gradian.model.placement import Placement, resolve_placement
+from gradian.model.quantized import training_base_note
+from gradian.query import query_gradients, span_blames
+from gradian.report import (
+    Provenance,
+    ReportFiles,
+    ReportWarning,
+    attribution_report,
+    command_line,
+    no_capability_target_report,
+    refusal_report,
+    write_report,
+)
 from gradian.report.reader import REPORT_FILE, Report, Verdict, parse_report
+from gradian.runs import read_run
+from gradian.runs.training_format import run_dir_of_adapter
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from gradian.grads.capture import GradientCapture
 
 # stage name -> a (done, total) progress callback, or None for no progress display
 ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
@@ -33,8 +69,8 @@ class AttributionOutcome:
 
     report: dict[str, Any]
     out_dir: Path
-    files: Any
-    index: Any | None
+    files: ReportFiles
+    index: Index | None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -68,7 +104,7 @@ class _Stages:
 def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Path, out: str | Path,
               eval_dataset: str | Path | None = None, run: str | Path | None = None,
               config: GradianConfig | None = None, index_dir: str | Path | None = None,
-              allow_pickle: bool = False, trust_remote_code: bool = False, loaded_model: Any = None,
+              allow_pickle: bool = False, trust_remote_code: bool = False, loaded_model: LoadedModel | None = None,
               progress: ProgressFactory | None = None, command: Sequence[str] | None = None,
               eval_format: str | None = None, refuse_other_index: bool = False,
               say: Callable[[str], None] | None = None, device: str = "auto",
@@ -82,15 +118,9 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     does), refused with an error naming what differs. ``device`` and ``dtype`` place the base model (see
     gradian.model.placement.resolve_placement); a ``loaded_model`` stays where it is.
     """
-    from gradian.data import load_dataset, load_eval_dataset
-    from gradian.evaluation import validate_query_signal
-    from gradian.model.loaded import check_unsloth_absent, require_adapter
-
     config = config or GradianConfig()
     placement = None
     if loaded_model is None:
-        from gradian.model.placement import resolve_placement
-
         require_adapter(adapter, "attribute")
         check_unsloth_absent()
         placement = resolve_placement(device, dtype)  # a bad --device fails before any data is read
@@ -117,11 +147,11 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         if config.evaluation.require_significant and not capability.significant_regression:
             return _refuse(capability, config, out, stages, command, warnings=_model_warnings(loaded))
     with stages.stage("index") as tick:
-        from gradian.index.build import build_index
+        from gradian.index.build import build_index  # imports torch; this module does not
 
         index = build_index(loaded, examples, config, index_dir, progress=tick, say=say)
     with stages.stage("query gradients"):
-        from gradian.grads.capture import GradientCapture
+        from gradian.grads.capture import GradientCapture  # imports torch; this module does not
 
         capture = GradientCapture.for_index(loaded, config.grads, index)  # queries scaled as the rows were
         if capability is not None:
@@ -129,9 +159,6 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         else:
             queries, item_ids = _fallback_queries(index, examples, config)
     with stages.stage("score"):
-        from gradian.attribution.preconditioners import from_config as fit_from_config
-        from gradian.attribution.scoring import ItemBlameCollector, score_with_config
-
         statistics = index_statistics(index, config.attribution.preconditioner,
                                       chunk_bytes=config.attribution.chunk_bytes)
         preconditioner = fit_from_config(config.attribution, statistics,
@@ -143,11 +170,8 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         blame_matrix = item_blame.matrix()
     ensemble = None
     if config.attribution.checkpoints > 1:
-        from gradian.attribution.checkpoint_ensemble import score_checkpoints
-        from gradian.attribution.scoring import rescore_items
-
         with stages.stage("checkpoints") as tick:
-            def score_member(view: Any) -> tuple[np.ndarray, str]:
+            def score_member(view: LoadedModel) -> tuple[np.ndarray, str]:
                 return _member_blame(view, examples, config, capability, eval_items, signal_choice, item_ids,
                                      progress=tick, say=say)
 
@@ -159,9 +183,6 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                                        aggregation=config.attribution.aggregation,
                                        normalize=config.attribution.normalize, top_k=config.attribution.top_k)
     with stages.stage("clusters"):
-        from gradian.attribution.causes import find_causes
-        from gradian.attribution.clusters import assign_clusters, cluster_blame
-
         assignment = assign_clusters(config.attribution, examples, index)  # once: every cause is tested on it
         clusters = cluster_blame(np.asarray(scores.blame), assignment, permutations=config.attribution.permutations,
                                  seed=config.attribution.seed)
@@ -178,20 +199,18 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                   item_ids=item_ids, causes=causes, ensemble=ensemble)
 
 
-def _run_dir(run: str | Path | None, loaded: Any) -> Path | None:
+def _run_dir(run: str | Path | None, loaded: LoadedModel) -> Path | None:
     """--run, else the run the adapter sits in (gradian train's out/run beside out/adapter, a checkpoint's parent)."""
-    from gradian.runs.training_format import run_dir_of_adapter
-
     return Path(run) if run is not None else run_dir_of_adapter(loaded.adapter_dir)
 
 
-def _member_blame(view: Any, examples: Sequence[Any], config: GradianConfig, capability: Any, eval_items: Any,
-                  signal_choice: Any, item_ids: Sequence[str], *, progress: Any = None,
+def _member_blame(view: LoadedModel, examples: Sequence[Example], config: GradianConfig,
+                  capability: CapabilityResult | None, eval_items: Sequence[Example] | None,
+                  signal_choice: QuerySignalChoice, item_ids: Sequence[str], *,
+                  progress: Callable[[int, int], None] | None = None,
                   say: Callable[[str], None] | None = None) -> tuple[np.ndarray, str]:
     """Per-item blame [examples, items] under one checkpoint's weights: its own index, queries and preconditioner."""
-    from gradian.attribution.preconditioners import from_config as fit_from_config
-    from gradian.attribution.scoring import ItemBlameCollector, score_with_config
-    from gradian.grads.capture import GradientCapture
+    from gradian.grads.capture import GradientCapture  # both import torch; this module does not
     from gradian.index.build import build_index
 
     index = build_index(view, examples, config, None, progress=progress, say=say)  # kept in the index cache
@@ -225,16 +244,15 @@ _SPEC_PARTS = (
 )
 
 
-def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequence[Any], config: GradianConfig) -> None:
+def check_index_dir_matches(index_dir: str | Path, loaded: LoadedModel, examples: Sequence[Example],
+                            config: GradianConfig) -> None:
     """Refuse an index directory that holds an index of other inputs (another adapter, dataset, settings...).
 
     The build would replace it: an index the user pointed at on purpose, possibly for another adapter and expensive
     to rebuild, is refused instead of overwritten.
     """
-    from gradian.grads.capture import GradientCapture
+    from gradian.grads.capture import GradientCapture  # both import torch; this module does not
     from gradian.index.build import encode_pass, make_plan
-    from gradian.index.manifest import MANIFEST_NAME, read_manifest
-    from gradian.index.store import get_codec
 
     directory = Path(index_dir).expanduser()
     if not (directory / MANIFEST_NAME).is_file():
@@ -259,39 +277,33 @@ def check_index_dir_matches(index_dir: str | Path, loaded: Any, examples: Sequen
     )
 
 
-def _follow_run(config: GradianConfig, loaded: Any, examples: Sequence[Any], run: str | Path | None) -> GradianConfig:
+def _follow_run(config: GradianConfig, loaded: LoadedModel, examples: Sequence[Example],
+                run: str | Path | None) -> GradianConfig:
     """grads.loss_mask and string_pairs ``auto`` made concrete from --run, else from the run the adapter sits in."""
-    from gradian.index.build import follow_training_run
+    from gradian.index.build import follow_training_run  # imports torch; this module does not
 
     artifact = None
     if run is not None and "auto" in (config.grads.loss_mask, config.grads.string_pairs):
-        from gradian.runs import read_run
-
         artifact = read_run(Path(run))
     return follow_training_run(config, loaded, examples, artifact)
 
 
-def _load_model(base_model: str, adapter: Any, *, allow_pickle: bool, trust_remote_code: bool, placement: Any,
-                tokenizer: str | Path | None = None) -> Any:
-    from gradian.model.loaded import LoadedModel
-
+def _load_model(base_model: str, adapter: str | Path | None, *, allow_pickle: bool, trust_remote_code: bool,
+                placement: Placement, tokenizer: str | Path | None = None) -> LoadedModel:
     if not base_model:
         raise ConfigError("gradian attribute needs --base-model", "pass the base model the adapter was trained from")
     return LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
                             device=placement.device, dtype=placement.dtype, tokenizer=tokenizer)
 
 
-def _check_cluster_field(config: GradianConfig, examples: Sequence[Any]) -> None:
+def _check_cluster_field(config: GradianConfig, examples: Sequence[Example]) -> None:
     """Fail before any model work when the cluster field is missing on some rows."""
     if config.attribution.cluster_field:
-        from gradian.attribution.clusters import clusters_from_field
-
         clusters_from_field(examples, config.attribution.cluster_field)
 
 
-def _evaluate(loaded: Any, eval_items: Any, config: GradianConfig, stages: _Stages) -> Any:
-    from gradian.evaluation import evaluate_capability
-
+def _evaluate(loaded: LoadedModel, eval_items: Sequence[Example], config: GradianConfig,
+              stages: _Stages) -> CapabilityResult:
     ticks: dict[str, Callable[[int, int], None] | None] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -305,11 +317,10 @@ def _evaluate(loaded: Any, eval_items: Any, config: GradianConfig, stages: _Stag
                                    max_seq_length=config.grads.max_seq_length)
 
 
-def _eval_queries(capture: Any, loaded: Any, capability: Any, eval_items: Any, config: GradianConfig,
-                  signal_choice: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: CapabilityResult,
+                  eval_items: Sequence[Example], config: GradianConfig,
+                  signal_choice: QuerySignalChoice) -> tuple[np.ndarray, tuple[str, ...]]:
     """One query vector per regressed item (all items when nothing regressed and the gate is off)."""
-    from gradian.query import query_gradients
-
     items = capability.regressed_items or capability.items
     prompts = {example.id: example.prompt_messages for example in eval_items}
     query = query_gradients(capture, loaded.tokenizer, items, prompts, signal_choice.effective,
@@ -317,34 +328,28 @@ def _eval_queries(capture: Any, loaded: Any, capability: Any, eval_items: Any, c
     return query.vectors, query.item_ids
 
 
-def _fallback_queries(index: Any, examples: Sequence[Any],
+def _fallback_queries(index: Index, examples: Sequence[Example],
                       config: GradianConfig) -> tuple[np.ndarray, tuple[str, ...]]:
     """Without an eval set: the loss gradients of the first few training examples (not a diagnosis)."""
-    from gradian.attribution.scoring import leading_rows
-
     count = min(config.attribution.fallback_examples, len(examples))
     rows = leading_rows(index, count, config.attribution.chunk_bytes)
     return rows, tuple(example.id for example in examples[:count])
 
 
-def _adam_state(run: Any, config: GradianConfig, capture: Any) -> np.ndarray | None:
+def _adam_state(run: str | Path | None, config: GradianConfig, capture: GradientCapture) -> np.ndarray | None:
     """Adam's exp_avg_sq in stored space, when asked for and the run dir holds it (exact indexes only)."""
     if config.attribution.preconditioner != "adam":
         return None
-    from gradian.attribution.adam_state import adam_second_moment
-
     return adam_second_moment(run, capture)
 
 
-def _span_drills(capture: Any, tokenizer: Any, examples: Sequence[Any], scores: Any, preconditioned: np.ndarray,
-                 item_ids: list[str], config: GradianConfig) -> list[Any]:
+def _span_drills(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, examples: Sequence[Example],
+                 scores: ExampleScores, preconditioned: np.ndarray, item_ids: list[str],
+                 config: GradianConfig) -> list[SpanDrill]:
     """Sentence-level blame of the top examples, each against the one item that blames it most.
 
     ``preconditioned`` holds every item's query in ``item_ids`` order; ``scores`` may cover a subset of them.
     """
-    from gradian.attribution.results import SpanDrill
-    from gradian.query import span_blames
-
     drills = []
     top_positions = list(scores.top_positions)[: config.attribution.span_examples]
     for rank, position in enumerate(top_positions):
@@ -360,10 +365,8 @@ def _span_drills(capture: Any, tokenizer: Any, examples: Sequence[Any], scores: 
 _VOLATILE_BUILD_KEYS = ("created_at", "seconds", "computed_examples")
 
 
-def _provenance(config: GradianConfig, command: Sequence[str] | None, index: Any = None) -> Any:
+def _provenance(config: GradianConfig, command: Sequence[str] | None, index: Index | None = None) -> Provenance:
     # Stage timings stay out of the report: two runs on the same inputs must write the same report.
-    from gradian.report import Provenance, command_line
-
     manifest = index.manifest.to_dict() if index is not None else {}
     if "build" in manifest:  # when and how fast the index was built differs between identical builds
         manifest["build"] = {k: v for k, v in manifest["build"].items() if k not in _VOLATILE_BUILD_KEYS}
@@ -371,33 +374,27 @@ def _provenance(config: GradianConfig, command: Sequence[str] | None, index: Any
                       index_id=index.index_id if index is not None else None, config=config.to_dict())
 
 
-def _model_warnings(loaded: Any) -> list[Any]:
+def _model_warnings(loaded: LoadedModel) -> list[ReportWarning]:
     """What the report must say about the model itself: an adapter trained on a quantized base, attributed unquantized."""
-    from gradian.model.quantized import training_base_note
-    from gradian.report import ReportWarning
-
     quantized = getattr(loaded, "quantized_training_base", None)
     if not quantized:
         return []
     return [ReportWarning("model.quantized_training_base", training_base_note(quantized, loaded.base_model_name))]
 
 
-def _refuse(capability: Any, config: GradianConfig, out: str | Path, stages: _Stages,
-            command: Sequence[str] | None, *, warnings: Sequence[Any] = ()) -> AttributionOutcome:
-    from gradian.report import refusal_report, write_report
-
+def _refuse(capability: CapabilityResult, config: GradianConfig, out: str | Path, stages: _Stages,
+            command: Sequence[str] | None, *, warnings: Sequence[ReportWarning] = ()) -> AttributionOutcome:
     report = refusal_report(capability=capability, provenance=_provenance(config, command), warnings=warnings)
     files = write_report(report, Path(out))
     return AttributionOutcome(_as_written(files), Path(out), files, None, dict(stages.timings))
 
 
-def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Sequence[str] | None, *, index: Any,
-           scores: Any, capability: Any, preconditioner: Any, clusters: Any, drills: list[Any],
-           examples: Sequence[Any], signal_choice: Any, warnings: Sequence[Any] = (),
+def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Sequence[str] | None, *,
+           index: Index, scores: ExampleScores, capability: CapabilityResult | None,
+           preconditioner: Preconditioner, clusters: ClusterResult, drills: list[SpanDrill],
+           examples: Sequence[Example], signal_choice: QuerySignalChoice, warnings: Sequence[ReportWarning] = (),
            item_blame: np.ndarray | None = None, item_ids: Sequence[str] | None = None,
-           causes: Any = None, ensemble: Any = None) -> AttributionOutcome:
-    from gradian.report import ReportWarning, attribution_report, no_capability_target_report, write_report
-
+           causes: CauseSplit | None = None, ensemble: EnsembleBlame | None = None) -> AttributionOutcome:
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}
     provenance = _provenance(config, command, index)
     members = ensemble.members if ensemble is not None else ()
@@ -417,6 +414,6 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
     return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))
 
 
-def _as_written(files: Any) -> dict[str, Any]:
+def _as_written(files: ReportFiles) -> dict[str, Any]:
     """The report exactly as report.json holds it (writing adds the plot files it drew)."""
     return json.loads(Path(files.json).read_text(encoding="utf-8"))

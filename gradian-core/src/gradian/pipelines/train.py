@@ -15,8 +15,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gradian.config import GradianConfig, build_config
 from gradian.errors import DatasetError, ModelError, PluginError, TrainingError
+from gradian.model.placement import resolve_placement
+from gradian.plugins import get_plugins
 from gradian.records import TrainerSpec, TrainJob, TrainResult, load_object
+from gradian.training.arguments import check_training_placement
+from gradian.training.data import check_training_data
+from gradian.training.output import ADAPTER_DIR, RUN_DIR, check_output_dir, staged_output, write_job_files
+from gradian.user_files import absent
 
 DEFAULT_BACKEND = "hf"
 # Where a backend that is not installed would come from, for the "pip install" hint: the naming convention of
@@ -28,7 +35,7 @@ def make_job(
     base_model: str | None,
     dataset: Path | None,
     out: Path | None,
-    config: Any = None,
+    config: GradianConfig | None = None,
     *,
     drop_ids: Iterable[str] = (),
     extra_datasets: Iterable[Path] = (),
@@ -37,10 +44,6 @@ def make_job(
     dtype: str = "auto",
 ) -> TrainJob:
     """A validated TrainJob; the config defaults to GradianConfig(), ``device`` and ``dtype`` to this machine's auto."""
-    from gradian.config import GradianConfig
-    from gradian.model.placement import resolve_placement
-    from gradian.training.arguments import check_training_placement
-
     placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
     check_training_placement(placement)
 
@@ -52,8 +55,6 @@ def make_job(
         raise TrainingError("no output directory given", "pass --out DIR; the adapter goes to DIR/adapter, the run to DIR/run")
     for path in (Path(dataset), *map(Path, extra_datasets)):
         if not path.exists():
-            from gradian.user_files import absent
-
             raise DatasetError(f"dataset {path} {absent(path)}", "check the path")
     return TrainJob(
         base_model=str(base_model),
@@ -70,8 +71,6 @@ def make_job(
 
 def resolve_backend(name: str) -> TrainerSpec:
     """The backend's TrainerSpec; a one-line error when it is unknown, not installed or cannot run here."""
-    from gradian.plugins import get_plugins
-
     plugins = get_plugins()
     trainers = plugins.trainers()
     spec = trainers.get(name)
@@ -98,7 +97,7 @@ def job_environment() -> Iterator[None]:
     # peft asks the Hub whether the base model's config exists on every adapter save whose base is not a local dir
     # (Trainer checkpoints included), reading HF_HUB_OFFLINE at call time; transformers' full_determinism sets
     # CUDA_LAUNCH_BLOCKING and friends and torch's deterministic mode. None of it may outlive the job in a notebook.
-    import torch
+    import torch  # only here: the unsloth plugin reads and writes job files through this module, torch-free
 
     saved = dict(os.environ)
     deterministic = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
@@ -116,9 +115,6 @@ def job_environment() -> Iterator[None]:
 
 def run_training(job: TrainJob, backend: str = DEFAULT_BACKEND, *, overwrite: bool = False) -> TrainResult:
     """Train with the named backend into a staging dir and publish ``<out>/adapter`` and ``<out>/run``."""
-    from gradian.training.data import check_training_data
-    from gradian.training.output import ADAPTER_DIR, RUN_DIR, check_output_dir, staged_output, write_job_files
-
     spec = resolve_backend(backend)
     check_output_dir(job.out, overwrite)  # before loading anything: refusing takes a second, not a model load
     check_training_data(job)  # every row read and checked, and data with nothing to learn refused, before the model
@@ -156,8 +152,6 @@ def job_to_dict(job: TrainJob) -> dict[str, Any]:
 
 def job_from_dict(data: dict[str, Any]) -> TrainJob:
     """The TrainJob that ``job_to_dict`` wrote, with its config validated again."""
-    from gradian.config import build_config
-
     return TrainJob(
         base_model=data["base_model"],
         dataset=Path(data["dataset"]),
