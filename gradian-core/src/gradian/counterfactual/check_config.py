@@ -7,16 +7,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gradian.config import GradianConfig
+from gradian.config import GradianConfig, build_config, load_config, parse_override, sections
 from gradian.errors import ConfigError, RunDirError
+from gradian.training.output import CONFIG_FILE
 from gradian.user_files import load_yaml
 
 
 def layered_config(base: Mapping[str, Any] | None = None, *, train_section: Mapping[str, Any] | None = None,
                    config_path: Path | None = None, overrides: Sequence[str] = ()) -> GradianConfig:
     """``base`` sections, then ``train_section`` as the train section, then the YAML file's keys, then ``--set``."""
-    from gradian.config import build_config, load_config, parse_override, sections
-
     # A report written where a plugin not loaded here was installed holds its section: irrelevant to a retrain, so left out
     # rather than refused. The user's own file and --set still name every section they set.
     declared = sections()
@@ -37,8 +36,6 @@ def layered_config(base: Mapping[str, Any] | None = None, *, train_section: Mapp
 
 def run_train_section(run_dir: Path | None) -> tuple[dict[str, Any] | None, Path | None]:
     """The train section `gradian train` recorded in a run dir (gradian-train.yaml), and its path; else (None, None)."""
-    from gradian.training.output import CONFIG_FILE
-
     if run_dir is None:
         return None, None
     path = Path(run_dir) / CONFIG_FILE

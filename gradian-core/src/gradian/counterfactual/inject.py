@@ -12,12 +12,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from gradian.atomic_files import write_atomic
 from gradian.config import GradianConfig
+from gradian.counterfactual.check_config import layered_config
+from gradian.counterfactual.retrain import TrainedModel, train_model
+from gradian.counterfactual.summary import write_inject
+from gradian.data import Dataset, load_dataset, load_eval_dataset, write_jsonl
+from gradian.data.examples import Example, Fields, example_id
 from gradian.errors import ConfigError, DatasetError
-from gradian.model.placement import Placement
+from gradian.evaluation.ground_truth import rank_planted
+from gradian.model.placement import Placement, resolve_placement
+from gradian.pipelines.attribute import ProgressFactory, attribute
+from gradian.report import command_line
 
 if TYPE_CHECKING:
     from gradian.report.reader import Report
@@ -45,7 +57,7 @@ class InjectPlan:
     config: GradianConfig  # attribution.cluster_field set to ``cluster_field``; top_k at least k
     cluster_field: str
     label: str
-    examples: tuple[Any, ...]  # clean rows then planted rows, each with the cluster field set
+    examples: tuple[Example, ...]  # clean rows then planted rows, each with the cluster field set
     n_clean: int
     k: int
     out: Path
@@ -83,10 +95,6 @@ def plan_inject(*, base_model: str | None, dataset: Path | None, poison: Path | 
                 label: str = INJECTED_LABEL, backend: str = "hf", trust_remote_code: bool = False,
                 device: str = "auto", dtype: str = "auto") -> InjectPlan:
     """Check the inputs, read dataset and poison (same row format), and build the combined training set in memory."""
-    from gradian.counterfactual.check_config import layered_config
-    from gradian.data import load_dataset, load_eval_dataset
-    from gradian.model.placement import resolve_placement
-
     placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
 
     for flag, value, what in (("--base-model", base_model, "the base model to fine-tune"),
@@ -117,10 +125,9 @@ def plan_inject(*, base_model: str | None, dataset: Path | None, poison: Path | 
                       out=Path(out), backend=backend, trust_remote_code=trust_remote_code, placement=placement)
 
 
-def combined_examples(clean: Sequence[Any], poison: Sequence[Any], *, field: str, label: str) -> list[Any]:
+def combined_examples(clean: Sequence[Example], poison: Sequence[Example], *, field: str,
+                      label: str) -> list[Example]:
     """Clean rows (keeping their ``field`` value, else ``clean``) followed by the poison rows labelled ``label``."""
-    from gradian.data.examples import Fields, example_id
-
     combined = []
     for example in clean:
         value = example.fields.get(field)
@@ -138,17 +145,9 @@ def combined_examples(clean: Sequence[Any], poison: Sequence[Any], *, field: str
     return combined
 
 
-def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None,
+def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: ProgressFactory | None = None,
                command: Sequence[str] | None = None) -> InjectOutcome:
     """Write the combined set, train on it, attribute with clusters by the planted field, and score the result."""
-    import yaml
-
-    from gradian.atomic_files import write_atomic
-    from gradian.counterfactual.retrain import train_model
-    from gradian.counterfactual.summary import write_inject
-    from gradian.data import load_dataset, write_jsonl
-    from gradian.pipelines.attribute import attribute
-
     say = say or (lambda text: None)
     plan.out.mkdir(parents=True, exist_ok=True)
     combined_path = write_jsonl(plan.examples, plan.out / COMBINED_DATASET)
@@ -184,8 +183,6 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: Any = None
 
 def inject_metrics(report: Report, planted_ids: Sequence[str], label: str, k: int) -> dict[str, Any]:
     """The planted cluster's rank, whether it was accused, recall@k / precision@k and the first planted rank."""
-    from gradian.evaluation.ground_truth import rank_planted
-
     cluster = report.cluster(label)
     listed = sorted(report.top_examples, key=lambda row: row.rank)
     found = rank_planted([row.id for row in listed], planted_ids)  # a report ranks its examples 1..n, in order
@@ -207,13 +204,9 @@ def inject_metrics(report: Report, planted_ids: Sequence[str], label: str, k: in
     }
 
 
-def inject_result(plan: InjectPlan, report: Report, *, model: Any, combined_path: Path, report_dir: Path,
+def inject_result(plan: InjectPlan, report: Report, *, model: TrainedModel, combined_path: Path, report_dir: Path,
                   command: Sequence[str] | None = None) -> dict[str, Any]:
     """The inject.json document."""
-    from datetime import UTC, datetime
-
-    from gradian.report import command_line
-
     metrics = inject_metrics(report, plan.planted_ids, plan.label, plan.k)
     headline, summary = _verdict(report, metrics, plan)
     capability = report.capability
@@ -262,10 +255,8 @@ def _rank(rank: int | None, metrics: dict[str, Any]) -> str:
     return str(rank) if rank is not None else f"beyond the {metrics['ranked_listed']} listed"
 
 
-def _load_poison(path: Path, clean: Any) -> list[Any]:
+def _load_poison(path: Path, clean: Dataset) -> list[Example]:
     """The poison rows; they must be in the dataset's row format (so they differ in content, not in shape)."""
-    from gradian.data import load_dataset
-
     if not path.exists():
         raise DatasetError(f"--poison file {path} does not exist", "pass a JSONL file of the rows to plant")
     poison = load_dataset(path)

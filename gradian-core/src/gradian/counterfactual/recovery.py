@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradian.evaluation import paired_bootstrap
 from gradian.evaluation.bootstrap import resampled_means
 
 # Below this lost capability (in metric units) the ratio is noise over nothing and is not reported.
@@ -92,8 +93,6 @@ def recovery(base: Sequence[float], full: Sequence[float], dropped: Sequence[flo
 def margin(dropped_a: Sequence[float], dropped_b: Sequence[float], *, samples: int = 10_000,
            confidence: float = 0.95, seed: int = 0) -> Margin:
     """mean(dropped_a - dropped_b) over items with its paired bootstrap interval (a: accused, b: a control)."""
-    from gradian.evaluation import paired_bootstrap
-
     interval = paired_bootstrap(dropped_b, dropped_a, samples=samples, confidence=confidence, seed=seed)
     return Margin(delta=interval.delta, low=interval.low, high=interval.high)
 

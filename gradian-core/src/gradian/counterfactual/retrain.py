@@ -11,7 +11,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gradian.model.placement import Placement
+from gradian.config import GradianConfig
+from gradian.model.placement import Placement, resolve_placement
+from gradian.pipelines.train import make_job, run_training
+from gradian.training.reuse import train_or_reuse
 
 
 @dataclass(frozen=True)
@@ -35,14 +38,10 @@ class TrainedModel:
         return data
 
 
-def train_model(name: str, directory: Path, *, base_model: str, dataset: Path, config: Any,
+def train_model(name: str, directory: Path, *, base_model: str, dataset: Path, config: GradianConfig,
                 drop_ids: Iterable[str] = (), backend: str = "hf", trust_remote_code: bool = False,
                 placement: Placement | None = None) -> TrainedModel:
     """Train ``dataset`` minus ``drop_ids`` into ``directory``, or reuse the model an identical earlier run left there."""
-    from gradian.model.placement import resolve_placement
-    from gradian.pipelines.train import make_job, run_training
-    from gradian.training.reuse import train_or_reuse
-
     placement = placement or resolve_placement()
     drop = tuple(sorted(set(drop_ids)))
     job = make_job(base_model, dataset, directory, config, drop_ids=drop, trust_remote_code=trust_remote_code,

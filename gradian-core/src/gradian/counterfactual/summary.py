@@ -6,10 +6,18 @@ JSON keeps a fixed key order and refuses NaN; each file is written atomically (t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gradian.atomic_files import write_atomic
+from gradian.counterfactual.recovery import Recovery, margin, recovery
+from gradian.counterfactual.retrain import TrainedModel
+from gradian.evaluation.capability import CapabilityResult
+
+if TYPE_CHECKING:
+    from gradian.counterfactual.verify import VerifyPlan  # verify imports this module
 
 VERIFY_JSON, VERIFY_MD = "verify.json", "verify.md"
 INJECT_JSON, INJECT_MD = "inject.json", "inject.md"
@@ -18,11 +26,9 @@ INJECT_JSON, INJECT_MD = "inject.json", "inject.md"
 # --- verify -------------------------------------------------------------------------------------
 
 
-def verify_result(plan: Any, trained: Mapping[str, Any], evaluations: Mapping[str, Any], *,
+def verify_result(plan: VerifyPlan, trained: Mapping[str, TrainedModel], evaluations: Mapping[str, CapabilityResult], *,
                   command: str | None = None) -> dict[str, Any]:
     """The verify.json document from the plan, the trained models and each model's CapabilityResult."""
-    from gradian.counterfactual.recovery import margin, recovery
-
     ev = plan.config.evaluation
     boot = {"samples": ev.bootstrap_samples, "confidence": ev.confidence, "seed": ev.seed}
     full_eval = evaluations["full"]
@@ -82,7 +88,8 @@ def verify_result(plan: Any, trained: Mapping[str, Any], evaluations: Mapping[st
     return result
 
 
-def _model_row(name: str, role: str, model: Any, plan: Any, evaluation: Any, rec: Any) -> dict[str, Any]:
+def _model_row(name: str, role: str, model: TrainedModel | None, plan: VerifyPlan, evaluation: CapabilityResult,
+               rec: Recovery | None) -> dict[str, Any]:
     row: dict[str, Any] = {"name": name, "role": role, "mean": evaluation.finetuned_mean}
     if role == "full":
         row["source"] = plan.full_model
@@ -97,7 +104,7 @@ def _model_row(name: str, role: str, model: Any, plan: Any, evaluation: Any, rec
     return row
 
 
-def _full_model_why(plan: Any) -> str:
+def _full_model_why(plan: VerifyPlan) -> str:
     if not plan.retrain_full:
         return ("the adapter the report attributed; if it was trained with another trainer or config than the "
                 "retrained models, part of the recovery is that difference: rerun with --retrain-full")
@@ -246,9 +253,8 @@ def write_inject(result: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
 # --- shared -------------------------------------------------------------------------------------
 
 
-def _write_pair(result: Mapping[str, Any], out: Path, json_name: str, md_name: str, render: Any) -> tuple[Path, Path]:
-    from gradian.atomic_files import write_atomic
-
+def _write_pair(result: Mapping[str, Any], out: Path, json_name: str, md_name: str,
+                render: Callable[[Mapping[str, Any]], str]) -> tuple[Path, Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / json_name, out / md_name

@@ -15,9 +15,28 @@ from pathlib import Path
 from typing import Any
 
 from gradian.config import GradianConfig
+from gradian.counterfactual.check_config import layered_config, run_train_section
+from gradian.counterfactual.controls import control_sets
+from gradian.counterfactual.retrain import TrainedModel, train_model
+from gradian.counterfactual.summary import verify_result, write_verify
+from gradian.data import Dataset, load_dataset, load_eval_dataset
+from gradian.data.examples import Example
 from gradian.errors import ConfigError, DatasetError
-from gradian.model.placement import Placement
-from gradian.report.drop_set import DropSet, ReportInputs, VerifyInputError
+from gradian.evaluation import evaluate_capability
+from gradian.evaluation.capability import CapabilityResult
+from gradian.model.base import base_model_for
+from gradian.model.loaded import LoadedModel
+from gradian.model.placement import Placement, resolve_placement
+from gradian.report import command_line
+from gradian.report.drop_set import (
+    DropSet,
+    ReportInputs,
+    VerifyInputError,
+    cluster_drop_set,
+    file_drop_set,
+    report_inputs,
+)
+from gradian.training.output import RUN_DIR
 
 VERIFY_SCHEMA = "gradian.verify/1"
 MODELS_DIR = "models"
@@ -75,11 +94,6 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
                 overrides: Sequence[str] = (), controls: int = 1, backend: str = "hf", retrain_full: bool = False,
                 trust_remote_code: bool = False, device: str = "auto", dtype: str = "auto") -> VerifyPlan:
     """Resolve the inputs (flags first, then what the report names), the config and the drop sets; train nothing."""
-    from gradian.counterfactual.controls import control_sets
-    from gradian.data import load_dataset, load_eval_dataset
-    from gradian.model.placement import resolve_placement
-    from gradian.report.drop_set import cluster_drop_set, file_drop_set, report_inputs
-
     placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
 
     if report_dir is None and drop_file is None:
@@ -125,10 +139,6 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
 
 def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[str] | None = None) -> VerifyOutcome:
     """Train the dropped, control (and full) models, evaluate them all, and write verify.json and verify.md."""
-    from gradian.counterfactual.retrain import TrainedModel, train_model
-    from gradian.counterfactual.summary import verify_result, write_verify
-    from gradian.data import load_eval_dataset
-
     say = say or (lambda text: None)
     plan.out.mkdir(parents=True, exist_ok=True)
     eval_items = load_eval_dataset(plan.eval_dataset)
@@ -159,21 +169,15 @@ def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[st
         say(f"evaluating {name} on {len(eval_items)} eval items ({plan.config.evaluation.metric})")
         evaluations[name] = evaluate_adapter(plan.base_model, adapter_dir, eval_items, plan.config,
                                              trust_remote_code=plan.trust_remote_code, placement=plan.placement)
-    from gradian.report import command_line
-
     result = verify_result(plan, {name: model for name, model, _ in trained}, evaluations,
                            command=command_line(command) if command is not None else None)
     json_path, markdown_path = write_verify(result, plan.out)
     return VerifyOutcome(result=result, json_path=json_path, markdown_path=markdown_path)
 
 
-def evaluate_adapter(base_model: str, adapter: Path, eval_items: Any, config: GradianConfig, *,
-                     trust_remote_code: bool = False, placement: Placement | None = None) -> Any:
+def evaluate_adapter(base_model: str, adapter: Path, eval_items: Sequence[Example], config: GradianConfig, *,
+                     trust_remote_code: bool = False, placement: Placement | None = None) -> CapabilityResult:
     """The eval set scored with the adapter off (base) and on: a CapabilityResult with per-item scores."""
-    from gradian.evaluation import evaluate_capability
-    from gradian.model.loaded import LoadedModel
-    from gradian.model.placement import resolve_placement
-
     placement = placement or resolve_placement()
     loaded = LoadedModel.load(base_model, adapter, trust_remote_code=trust_remote_code, device=placement.device,
                               dtype=placement.dtype)
@@ -188,7 +192,7 @@ def _loss(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _required(given: Any, report: ReportInputs | None, key: str, what: str) -> str:
+def _required(given: str | Path | None, report: ReportInputs | None, key: str, what: str) -> str:
     flag = "--" + key.replace("_", "-")
     if given is not None:
         return str(given)
@@ -202,8 +206,6 @@ def _required(given: Any, report: ReportInputs | None, key: str, what: str) -> s
 def _base_model(given: str | None, report: ReportInputs | None, adapter: Path | None) -> str:
     """--base-model, else the one the report names, else the one the adapter names when it is on this machine."""
     if given is None and adapter is not None and (report is None or not report.named("base_model")):
-        from gradian.model.base import base_model_for
-
         return base_model_for(None, adapter, "verify")
     return _required(given, report, "base_model", "the base model the adapter was trained from")
 
@@ -228,9 +230,6 @@ def _adapter(given: Path | None, report: ReportInputs | None, retrain_full: bool
 def _config(report: ReportInputs | None, adapter: Path | None, config_path: Path | None,
             overrides: Sequence[str]) -> tuple[GradianConfig, tuple[str, ...]]:
     """The report's config, with the train section of the adapter's own gradian run when there is one, then flags."""
-    from gradian.counterfactual.check_config import layered_config, run_train_section
-    from gradian.training.output import RUN_DIR
-
     sources = ["the report's config"] if report is not None else ["defaults"]
     train_section, train_path = None, None
     run_dirs = [Path(report.named("run"))] if report is not None and report.named("run") else []
@@ -250,7 +249,7 @@ def _config(report: ReportInputs | None, adapter: Path | None, config_path: Path
     return config, tuple(sources)
 
 
-def _check_same_dataset(report: ReportInputs | None, examples: Any) -> None:
+def _check_same_dataset(report: ReportInputs | None, examples: Dataset) -> None:
     """The dataset must be the bytes the report was made from: ids and cluster membership depend on them."""
     recorded = report.sources.dataset_sha256 if report is not None else None
     if recorded and recorded != examples.sha256:
