@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradian.attribution.clusters import DEFAULT_SKETCH_DIM, auto_clusters, clusters_from_field
+from gradian.attribution.results import ClusterAssignment
+from gradian.data.examples import Example
 from gradian.errors import DatasetError, GradianError
+from gradian.index.store import DEFAULT_CHUNK_BYTES, open_index
 from gradian.report.reader import ClusterMethod, IndexedInputs, Report, read_report
 from gradian.user_files import read_text
 
@@ -95,7 +99,7 @@ def command_flags(command: str) -> dict[str, str]:
     return flags
 
 
-def cluster_drop_set(report: ReportInputs, examples: Sequence[Any], *, cluster: str | None = None,
+def cluster_drop_set(report: ReportInputs, examples: Sequence[Example], *, cluster: str | None = None,
                      chunk_bytes: int | None = None) -> DropSet:
     """The members of the report's accused cluster (or of ``cluster``), recomputed on ``examples``."""
     ranked = report.report.clusters
@@ -131,7 +135,7 @@ def cluster_drop_set(report: ReportInputs, examples: Sequence[Any], *, cluster: 
                    cluster=name, membership=membership, positions=positions)
 
 
-def file_drop_set(path: Path | str, examples: Sequence[Any], dataset_label: str = "the dataset") -> DropSet:
+def file_drop_set(path: Path | str, examples: Sequence[Example], dataset_label: str = "the dataset") -> DropSet:
     """The ids listed in a file (one per line; blank lines and # comments skipped), checked against ``examples``."""
     path = Path(path)
     lines = read_text(path, "--drop file", VerifyInputError,
@@ -155,18 +159,14 @@ def file_drop_set(path: Path | str, examples: Sequence[Any], dataset_label: str 
                    positions=tuple(ordered))
 
 
-def _field_assignment(examples: Sequence[Any], field_name: str) -> Any:
-    from gradian.attribution.clusters import clusters_from_field
-
+def _field_assignment(examples: Sequence[Example], field_name: str) -> ClusterAssignment:
     return clusters_from_field(examples, field_name)
 
 
-def _auto_assignment(report: ReportInputs, examples: Sequence[Any], method: ClusterMethod,
-                     chunk_bytes: int | None) -> Any:
+def _auto_assignment(report: ReportInputs, examples: Sequence[Example], method: ClusterMethod,
+                     chunk_bytes: int | None) -> ClusterAssignment:
     """The report's automatic clusters, recomputed with its knobs on the index it scored."""
-    from gradian.attribution.clusters import DEFAULT_SKETCH_DIM, auto_clusters
-    from gradian.index import default_index_dir, open_index
-    from gradian.index.store import DEFAULT_CHUNK_BYTES
+    from gradian.index.build import default_index_dir  # imports torch; reading a report does not
 
     named, index_id = report.named("index"), report.report.provenance.index_id
     index_dir = Path(named) if named else (default_index_dir(index_id) if index_id else None)

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gradian.data import Dataset, load_dataset
+from gradian.data.subset import write_subset
 from gradian.errors import GradianError
+from gradian.report.drop_set import ReportInputs, cluster_drop_set, file_drop_set, report_inputs
 from gradian.report.reader import REPORT_FILE
-from gradian.report.scores import SCORES_CSV, read_scores
-
-if TYPE_CHECKING:
-    from gradian.report.drop_set import ReportInputs
+from gradian.report.scores import SCORES_CSV, RecordedScores, read_scores
 
 DROP_HELP = "accused, top:K or a file of example ids (one per line)"
 
@@ -74,10 +74,6 @@ def parse_drop(spec: str) -> DropChoice:
 def export_without(report_dir: Path | str, drop: str, out: Path | str, *, dataset: Path | str | None = None,
                    overwrite: bool = False) -> ExportResult:
     """Write the report's dataset minus the ``drop`` rows to ``out``; every check runs before anything is written."""
-    from gradian.data import load_dataset
-    from gradian.data.subset import write_subset
-    from gradian.report.drop_set import report_inputs
-
     report = report_inputs(report_dir)  # a missing report, another schema or a missing field stops here
     choice = parse_drop(drop)
     out = Path(out)
@@ -105,7 +101,7 @@ def _dataset_path(report: ReportInputs, dataset: Path | str | None) -> Path:
     return Path(named)
 
 
-def _check_same_dataset(report: ReportInputs, examples: Any) -> None:
+def _check_same_dataset(report: ReportInputs, examples: Dataset) -> None:
     """Ids embed position and content: a dataset that changed since the report would drop the wrong rows."""
     recorded = report.sources.dataset_sha256
     if recorded and recorded != examples.sha256:
@@ -115,11 +111,9 @@ def _check_same_dataset(report: ReportInputs, examples: Any) -> None:
                           "with --dataset, or rerun gradian attribute")
 
 
-def _drop_ids(report: ReportInputs, choice: DropChoice, examples: Any) -> tuple[tuple[str, ...], str]:
+def _drop_ids(report: ReportInputs, choice: DropChoice, examples: Dataset) -> tuple[tuple[str, ...], str]:
     """The ids to drop and where they came from."""
     if choice.kind == "file":
-        from gradian.report.drop_set import file_drop_set
-
         drop = file_drop_set(choice.path, examples, dataset_label=str(examples.path))
         return drop.ids, drop.origin
     if not report.report.attributed:
@@ -131,7 +125,7 @@ def _drop_ids(report: ReportInputs, choice: DropChoice, examples: Any) -> tuple[
     return _accused_ids(report, recorded, examples)
 
 
-def _recorded_scores(report: ReportInputs, examples: Any) -> Any:
+def _recorded_scores(report: ReportInputs, examples: Dataset) -> RecordedScores | None:
     """scores.csv, checked against the dataset; None for a report written before scores.csv existed."""
     if not (report.directory / SCORES_CSV).is_file():
         return None
@@ -145,7 +139,7 @@ def _recorded_scores(report: ReportInputs, examples: Any) -> Any:
     return recorded
 
 
-def _top_ids(report: ReportInputs, k: int, recorded: Any, total: int) -> tuple[tuple[str, ...], str]:
+def _top_ids(report: ReportInputs, k: int, recorded: RecordedScores | None, total: int) -> tuple[tuple[str, ...], str]:
     if k > total:
         raise ExportError(f"--drop top:{k} asks for more examples than the dataset's {total}",
                           f"pass K of at most {total - 1}")
@@ -159,22 +153,20 @@ def _top_ids(report: ReportInputs, k: int, recorded: Any, total: int) -> tuple[t
     return tuple(row.id for row in top[:k]), f"the {k} most blamed examples in {report.directory}/{REPORT_FILE}"
 
 
-def _accused_ids(report: ReportInputs, recorded: Any, examples: Any) -> tuple[tuple[str, ...], str]:
+def _accused_ids(report: ReportInputs, recorded: RecordedScores | None, examples: Dataset) -> tuple[tuple[str, ...], str]:
     names = report.report.accused_names
     if not names:
         raise ExportError(f"the report in {report.directory} accuses no cluster ({report.report.verdict.headline})",
                           "pass --drop top:K for the K most blamed examples, or --drop ids.txt")
     listed = ", ".join(f"`{name}`" for name in names)
     if recorded is None:  # an older report: recompute membership the way verify does
-        from gradian.report.drop_set import cluster_drop_set
-
         drop = cluster_drop_set(report, examples)
         return drop.ids, drop.origin
     ids = _members(recorded, set(names))
     return ids, f"accused cluster{'s' if len(names) > 1 else ''} {listed} of {recorded.path}"
 
 
-def _members(recorded: Any, names: set[str]) -> tuple[str, ...]:
+def _members(recorded: RecordedScores, names: set[str]) -> tuple[str, ...]:
     return tuple(i for i, cluster in zip(recorded.ids, recorded.clusters, strict=True) if cluster in names)
 
 

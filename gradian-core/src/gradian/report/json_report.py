@@ -16,14 +16,20 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import metadata
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gradian.attribution.causes import CauseSplit
 from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.results import ClusterResult, ClusterScore, ExampleScores, SpanDrill
+from gradian.evaluation.capability import CapabilityResult, refusal_message
+from gradian.evaluation.query_signal import QuerySignalChoice
+
+if TYPE_CHECKING:
+    from gradian.query.spans import SpanBlame
 
 SCHEMA = "gradian.report/1"
 EXCERPT_CHARS = 240
@@ -76,8 +82,6 @@ def command_line(argv: Sequence[str] | None = None) -> str:
 
 def library_versions() -> dict[str, str]:
     """Installed versions of the distributions whose behaviour changes the numbers."""
-    from importlib import metadata
-
     versions = {}
     for name in VERSIONED_DISTRIBUTIONS:
         try:
@@ -87,10 +91,10 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def attribution_report(*, scores: ExampleScores, capability: Any, preconditioner: Preconditioner,
+def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, preconditioner: Preconditioner,
                        texts: Mapping[str, str], provenance: Provenance, clusters: ClusterResult | None = None,
                        spans: Sequence[SpanDrill] = (), warnings: Sequence[ReportWarning] = (),
-                       query_signal: Any = None, top_k: int | None = None,
+                       query_signal: QuerySignalChoice | None = None, top_k: int | None = None,
                        causes: CauseSplit | None = None, checkpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The report of an attributed regression: ``capability`` is the evaluation's CapabilityResult."""
     signal = _query_signal_dict(query_signal if query_signal is not None else capability.query_signal)
@@ -135,10 +139,9 @@ def no_capability_target_report(*, scores: ExampleScores, preconditioner: Precon
                      warnings=_with_normalize_warning(notes, scores), provenance=provenance)
 
 
-def refusal_report(*, capability: Any, provenance: Provenance, warnings: Sequence[ReportWarning] = ()) -> dict[str, Any]:
+def refusal_report(*, capability: CapabilityResult, provenance: Provenance,
+                   warnings: Sequence[ReportWarning] = ()) -> dict[str, Any]:
     """The report that refuses to attribute: no significant regression, the numbers and the spec's advice."""
-    from gradian.evaluation.capability import refusal_message
-
     improved = bool(capability.significant and capability.delta > 0)
     headline = ("Not attributed: the fine-tuned model is significantly better, not worse." if improved
                 else "Not attributed: the capability delta is not significant.")
@@ -155,7 +158,7 @@ def render_json(report: Mapping[str, Any]) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def capability_summary(capability: Any) -> dict[str, Any]:
+def capability_summary(capability: CapabilityResult) -> dict[str, Any]:
     """The capability measurement as plain JSON (from a CapabilityResult or an object with its fields)."""
     items = [{
         "id": item.id, "prompt": getattr(item, "prompt", None), "wanted": getattr(item, "wanted", None),
@@ -365,7 +368,7 @@ def _clusters_dict(clusters: ClusterResult | None) -> dict[str, Any] | None:
     }
 
 
-def _span_dict(drill: Any) -> dict[str, Any]:
+def _span_dict(drill: SpanDrill) -> dict[str, Any]:
     spans = list(drill.spans)
     best = max(range(len(spans)), key=lambda i: spans[i].blame) if spans else None
     return {
@@ -375,7 +378,7 @@ def _span_dict(drill: Any) -> dict[str, Any]:
     }
 
 
-def _one_span(span: Any) -> dict[str, Any]:
+def _one_span(span: SpanBlame) -> dict[str, Any]:
     """A span as JSON; char ranges are within its message (``message_index``; -1 for a plain text row)."""
     start = getattr(span, "char_start", None)
     end = getattr(span, "char_end", None)
@@ -384,7 +387,7 @@ def _one_span(span: Any) -> dict[str, Any]:
             "blame": _num(span.blame)}
 
 
-def _query_signal_dict(choice: Any) -> dict[str, Any]:
+def _query_signal_dict(choice: QuerySignalChoice | Mapping[str, Any] | None) -> dict[str, Any]:
     if choice is None:
         return {"requested": None, "effective": None, "note": None}
     if isinstance(choice, Mapping):

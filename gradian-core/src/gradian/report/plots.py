@@ -8,9 +8,13 @@ from __future__ import annotations
 import importlib.util
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 BLAME_PLOT = "blame_distribution.png"
 ITEMS_PLOT = "item_scores.png"
@@ -62,7 +66,8 @@ def item_scores_png(items: Sequence[dict[str, Any]], metric: str) -> bytes:
     return _png(figure)
 
 
-def _figure(width: float, height: float) -> tuple[Any, Any]:
+def _figure(width: float, height: float) -> tuple[Figure, Axes]:
+    # matplotlib is the optional `plots` extra, imported only to draw: reading a report never needs it
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -71,7 +76,7 @@ def _figure(width: float, height: float) -> tuple[Any, Any]:
     return figure, figure.add_subplot(1, 1, 1)
 
 
-def _png(figure: Any) -> bytes:
+def _png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.tight_layout()
     # No Software/date metadata, so the same data gives the same bytes.

@@ -17,6 +17,7 @@ from typing import Any
 from gradian.errors import ReportError
 from gradian.report.json_fields import JsonObject
 from gradian.report.json_report import SCHEMA
+from gradian.user_files import load_json
 
 REPORT_FILE = "report.json"
 SCHEMA_PREFIX = "gradian.report/"
@@ -177,8 +178,6 @@ class Report:
 
 def read_report(directory: Path | str) -> Report:
     """The report in an attribution report directory (its report.json)."""
-    from gradian.user_files import load_json
-
     directory = Path(directory)
     path = directory / REPORT_FILE
     if not directory.is_dir():

@@ -16,11 +16,14 @@ import io
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from gradian.errors import GradianError
+
+if TYPE_CHECKING:
+    from gradian.attribution.results import ExampleScores
 
 SCORES_CSV = "scores.csv"
 SCORES_PARQUET = "scores.parquet"
@@ -53,7 +56,7 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def score_table(scores: Any, *, cluster_names: Sequence[str | None] | None = None,
+def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | None = None,
                 accused: Sequence[str] = (), item_blame: np.ndarray | None = None,
                 item_ids: Sequence[str] | None = None) -> ScoreTable:
     """The table of an ExampleScores, ``cluster_names`` per position and the ``[examples, items]`` per-item blame.
@@ -89,7 +92,7 @@ def csv_rows(table: ScoreTable) -> Iterator[list[str]]:
         yield cells
 
 
-def write_csv(table: ScoreTable, handle: Any) -> None:
+def write_csv(table: ScoreTable, handle: BinaryIO) -> None:
     """Write scores.csv to a binary file handle (UTF-8, LF line ends, RFC 4180 quoting)."""
     text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
     writer = csv.writer(text, lineterminator="\n")
