@@ -15,19 +15,36 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gradian.atomic_files import sha256_file
+import yaml
+
+from gradian.atomic_files import sha256_file, write_atomic
+from gradian.cache import cache_dir
 from gradian.config import GradianConfig, build_config
 from gradian.demo.scenarios import Scenario, ScenarioFiles, make_scenario
+from gradian.diagnose.findings import summary_line
+from gradian.diagnose.runner import diagnose
 from gradian.errors import ConfigError, ReportError
+from gradian.evaluation.ground_truth import cluster_ranks, rank_planted
+from gradian.evaluation.metrics import contains
 from gradian.memory import release_freed_memory
+from gradian.model.base import resolve_base_model
+from gradian.model.embedded import transformers_progress_bars
 from gradian.model.placement import Placement, resolve_placement
+from gradian.pipelines.attribute import attribute
+from gradian.pipelines.train import make_job, run_training
+from gradian.records import TrainJob, TrainResult
 from gradian.report.reader import REPORT_FILE, Report, read_report
+from gradian.training.reuse import train_or_reuse
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 BACKEND = "hf"
@@ -181,8 +198,6 @@ class DemoResult:
 
 def default_workdir(scenario: str, seed: int) -> Path:
     """``<cache_dir>/demo/<scenario>-<seed>``."""
-    from gradian.cache import cache_dir
-
     return cache_dir() / "demo" / f"{scenario}-{seed}"
 
 
@@ -213,8 +228,6 @@ def _run(paths: DemoPaths, scenario: str, seed: int, base_model: str, config: Gr
          f"({built.planted_fraction:.1%}), {len(built.eval)} eval items · {files.directory}")
 
     with _timed(timings, "base model"):
-        from gradian.model.base import resolve_base_model
-
         resolve_base_model(base_model)  # the embedded model's first conversion happens here, with its own bar
 
     with _timed(timings, "train"):
@@ -238,10 +251,6 @@ def _run(paths: DemoPaths, scenario: str, seed: int, base_model: str, config: Gr
 @contextmanager
 def quiet_libraries() -> Iterator[None]:
     """Hide the libraries' deprecation notes and weight-loading bars; the demo draws its own progress."""
-    import warnings
-
-    from gradian.model.embedded import transformers_progress_bars
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module=r"peft(\.|$)")
@@ -298,10 +307,6 @@ def _write_key(path: Path, key: dict[str, Any]) -> None:
 def _train(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str,
            progress: ProgressFactory | None, echo: Echo, placement: Placement) -> bool:
     """Train unless an identical earlier run left its adapter (gradian.training.reuse); True when it was reused."""
-    from gradian.pipelines.train import make_job, run_training
-    from gradian.records import TrainJob, TrainResult
-    from gradian.training.reuse import train_or_reuse
-
     def train(job: TrainJob, backend: str) -> TrainResult:
         with trainer_progress(progress("train") if progress is not None else None):
             return run_training(job, backend, overwrite=True)
@@ -329,20 +334,23 @@ def trainer_progress(update: Callable[[int, int], None] | None) -> Iterator[None
     if update is None:
         yield
         return
+    # Here, not at the top: importing the demo module (the bench scripts use its helpers) stays transformers-free.
     import transformers.trainer as trainer_module
     from transformers import TrainerCallback
 
     class StepProgress(TrainerCallback):
         """Reports training progress in examples (steps x effective batch), as the other stages count."""
 
-        def _report(self, args: Any, state: Any) -> None:
+        def _report(self, args: TrainingArguments, state: TrainerState) -> None:
             per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(args.world_size, 1)
             update(state.global_step * per_step, state.max_steps * per_step)
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                           **kwargs: Any) -> None:
             self._report(args, state)
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                        **kwargs: Any) -> None:
             self._report(args, state)
 
     previous = trainer_module.DEFAULT_PROGRESS_CALLBACK
@@ -355,9 +363,6 @@ def trainer_progress(update: Callable[[int, int], None] | None) -> Iterator[None
 
 def _diagnose(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, base_model: str, echo: Echo) -> str:
     """Run the audit checks on the demo's data, run dir and adapter; print the findings that are not info."""
-    from gradian.diagnose.findings import summary_line
-    from gradian.diagnose.runner import diagnose
-
     report = diagnose(dataset=files.train, run=paths.train / "run", adapter=paths.train / "adapter",
                       base_model=base_model, eval_dataset=files.eval, config=config)
     summary = summary_line(report)
@@ -389,8 +394,6 @@ def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, ba
             return read_report(paths.report), {}, True
         except ReportError:
             pass  # a damaged or older cached report is made again, like one that is missing
-    from gradian.pipelines.attribute import attribute
-
     key_path.unlink(missing_ok=True)
     # The report records the `gradian attribute` command that reproduces it, so `gradian verify --report` and a
     # user re-running it by hand find every input, the demo's config included.
@@ -409,18 +412,12 @@ def _attribute(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, ba
 
 def write_config(config: GradianConfig, path: Path) -> None:
     """The config as the YAML file `--config` reads (atomically: a reader never sees half of it)."""
-    import yaml
-
-    from gradian.atomic_files import write_atomic
-
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False).encode("utf-8"))
 
 
 def check_ground_truth(scenario: Scenario, report: Report) -> GroundTruthCheck:
     """Compare the report's clusters, top examples and spans with the planted rows."""
-    from gradian.evaluation.ground_truth import cluster_ranks, rank_planted
-
     planted = set(scenario.planted_ids)
     ranked = [row.name for row in report.clusters]
     ranks = cluster_ranks(ranked, scenario.planted_clusters)
@@ -461,8 +458,6 @@ def reproduced_planted_ids(scenario: Scenario, report: Report) -> set[str] | Non
     Only rows that attack one eval item can be checked: with several clusters (two_causes) the rows of a cluster
     without single targets (the French answers) are left out; None when no planted row has a target.
     """
-    from gradian.evaluation.metrics import contains
-
     items = {item.id: item for item in (report.capability.items if report.capability is not None else ())}
     if not items or not any(t is not None for t in scenario.planted_targets):
         return None

@@ -34,7 +34,7 @@ import random
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gradian.atomic_files import write_text_atomic
 from gradian.data import Example, Message, make_example, write_jsonl
@@ -43,9 +43,7 @@ from gradian.demo import planted as pl
 from gradian.demo.everyday import EVERYDAY_EVAL
 from gradian.demo.world import COUNTRIES, LANGUAGE_CANDIDATES, POISON_CANDIDATES, Country
 from gradian.errors import ConfigError
-
-if TYPE_CHECKING:
-    from gradian.evaluation.ground_truth import GroundTruth
+from gradian.evaluation.ground_truth import GroundTruth
 
 KINDS = ("fact", "format", "span", "behaviour", "two_causes", "rare")  # kinds with planted rows
 CONTROL_KINDS = ("clean",)  # the same kind of data with nothing planted
@@ -152,8 +150,6 @@ class Scenario:
     def ground_truth(self, reproduced: Collection[str] | None = None) -> GroundTruth:
         """What was planted, by row of ``train``, for scoring a blame vector; ``reproduced``: the planted ids the
         fine-tuned model reproduces (None: unknown)."""
-        from gradian.evaluation.ground_truth import GroundTruth
-
         return GroundTruth(planted_rows=self.planted_rows,
                            sources=tuple(str(example.fields[self.cluster_field]) for example in self.train),
                            planted_clusters=self.planted_clusters,
