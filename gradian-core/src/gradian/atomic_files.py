@@ -12,7 +12,16 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
+
+
+class _Digest(Protocol):
+    """A hashlib object: what update_with_file feeds."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+
+DigestT = TypeVar("DigestT", bound=_Digest)
 
 # mkstemp makes 0600; what Gradian writes (reports, shards, exported datasets) is meant to be read by others
 FILE_MODE = 0o644
@@ -60,7 +69,7 @@ def write_with(path: Path | str, write: Callable[[Path], None]) -> None:
         write(temp)
 
 
-def update_with_file(digest: Any, path: Path | str, block: int = HASH_BLOCK) -> Any:
+def update_with_file(digest: DigestT, path: Path | str, block: int = HASH_BLOCK) -> DigestT:
     """Feed a file's bytes to ``digest`` in blocks, so a big shard never sits in memory whole; returns the digest."""
     with open(path, "rb") as handle:
         while chunk := handle.read(block):

@@ -7,6 +7,7 @@ never sees half an index and an interrupted removal leaves a dir the next listin
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -18,7 +19,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gradian.cache import cache_dir
 from gradian.errors import GradianError, GradientIndexError
+from gradian.index.manifest import MANIFEST_NAME, Manifest, read_manifest
+from gradian.model.embedded import PROVENANCE_FILE, is_complete
 
 INDEXES, MODELS, DEMO = "indexes", "models", "demo"
 KINDS = ("index", "model", "partial", "demo", "other")
@@ -88,8 +92,6 @@ class CacheEntry:
 def list_entries(root: Path | None = None) -> list[CacheEntry]:
     """Every entry under the cache dir (``cache_dir()`` by default), in path order."""
     if root is None:
-        from gradian.cache import cache_dir
-
         root = cache_dir()
     root = Path(root)
     if not root.is_dir():
@@ -182,8 +184,6 @@ def _remove(entry: CacheEntry, root: Path) -> None:
 
 def _index_entries(directory: Path, root: Path) -> list[CacheEntry]:
     """``indexes/<id>`` (finished), ``.<id>.partial`` (a build in progress or killed), leftovers of a swap."""
-    from gradian.index.manifest import MANIFEST_NAME, read_manifest
-
     entries = []
     for child in sorted(directory.iterdir()):
         name = child.name
@@ -209,8 +209,6 @@ def _index_entries(directory: Path, root: Path) -> list[CacheEntry]:
 
 def _model_entries(directory: Path, root: Path) -> list[CacheEntry]:
     """``models/<name>`` (a converted embedded model) and ``.<name>.tmp`` (a conversion that was killed)."""
-    from gradian.model.embedded import PROVENANCE_FILE, is_complete
-
     entries = []
     for child in sorted(directory.iterdir()):
         if child.is_symlink() or not child.is_dir():
@@ -231,8 +229,6 @@ def _model_entries(directory: Path, root: Path) -> list[CacheEntry]:
 
 def _demo_entries(directory: Path, root: Path) -> list[CacheEntry]:
     """``demo/<scenario>-<seed>``: a `gradian demo` work dir (scenario, adapter, index, report)."""
-    from gradian.index.manifest import MANIFEST_NAME
-
     entries = []
     for child in sorted(directory.iterdir()):
         parts = {part.name for part in child.iterdir()} if child.is_dir() and not child.is_symlink() else None
@@ -262,7 +258,7 @@ def _leftover_note(name: str) -> str:
     return ""
 
 
-def _summary(manifest: Any) -> IndexSummary:
+def _summary(manifest: Manifest) -> IndexSummary:
     sources = manifest.sources
     return IndexSummary(
         index_id=manifest.index_id, num_examples=manifest.num_examples, dim=manifest.dim,
@@ -274,8 +270,6 @@ def _summary(manifest: Any) -> IndexSummary:
 
 def _model_facts(provenance: Path) -> tuple[str, str]:
     """(what it holds, what it was converted from), from the provenance file the conversion writes."""
-    import json
-
     try:
         data = json.loads(provenance.read_text(encoding="utf-8"))
         return f"converted model {data['hub_id']}, {data['dtype']}", str(data["gguf_file"])

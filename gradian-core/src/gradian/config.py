@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import re
@@ -11,11 +12,16 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import yaml
 
 from gradian.errors import ConfigError, PluginError
+from gradian.plugins import CORE_DISTRIBUTION, get_plugins
 from gradian.records import ConfigSection
 from gradian.user_files import load_yaml
+
+SectionT = TypeVar("SectionT")
 
 ALL_LORA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -185,8 +191,6 @@ _SECTION_HOMES = {"diagnose": "gradian-checks"}
 
 def plugin_sections() -> dict[str, ConfigSection]:
     """The config sections installed plugins declare, by name; one that takes a core name is refused."""
-    from gradian.plugins import CORE_DISTRIBUTION, get_plugins
-
     plugins = get_plugins()
     declared = plugins.config_sections()
     for name in declared:
@@ -205,8 +209,6 @@ def sections() -> dict[str, ConfigSection]:
 
 def section_owner(name: str) -> str:
     """The distribution that declares a config section."""
-    from gradian.plugins import CORE_DISTRIBUTION, get_plugins
-
     if name in CORE_SECTIONS:
         return CORE_DISTRIBUTION
     plugins = get_plugins()
@@ -301,8 +303,6 @@ _REPLACED = {"attribution.chunk_size": "attribution.chunk_mb (a memory budget in
 def _unknown(key: str, known: list[str]) -> ConfigError:
     """An unknown section or key, with a did-you-mean taken only from the right level: sections for a section,
     the keys of the section named for a key (never a look-alike key of an unrelated section)."""
-    import difflib
-
     if key in _REPLACED:
         return ConfigError(f"config key {key} no longer exists", f"use {_REPLACED[key]}")
     section, dot, name = key.partition(".")
@@ -361,7 +361,7 @@ def build_config(data: dict[str, Any] | None) -> GradianConfig:
     return GradianConfig(**{name: built[name] for name in CORE_SECTIONS if name in built}, plugin_sections=plugin)
 
 
-def _build_section(name: str, cls: type, values: dict[Any, Any]) -> Any:
+def _build_section(name: str, cls: type[SectionT], values: dict[Any, Any]) -> SectionT:
     """One section's settings from its keys, each checked against its field."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
@@ -378,8 +378,6 @@ def _build_section(name: str, cls: type, values: dict[Any, Any]) -> Any:
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """Split one ``--set section.key=value`` into its parts; the value is parsed as YAML."""
-    import yaml
-
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or "." not in key:

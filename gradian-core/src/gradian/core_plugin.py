@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gradian.hookspecs import hookimpl
+from gradian.records import load_object
 
 # Named as "module:attr" strings, imported only when a hook is called, so loading plugins stays light.
 BUILTIN_CODECS: tuple[str, ...] = ("gradian.index.codecs.npy:NPY_CODEC",)
@@ -17,14 +18,10 @@ BUILTIN_READERS: tuple[str, ...] = (
 @hookimpl
 def gradian_storage_codecs():
     """The storage codecs that ship with gradian-core."""
-    from gradian.records import load_object
-
     return [load_object(target) for target in BUILTIN_CODECS]
 
 
 @hookimpl
 def gradian_run_log_readers():
     """The run-log readers that ship with gradian-core."""
-    from gradian.records import load_object
-
     return [load_object(target) for target in BUILTIN_READERS]

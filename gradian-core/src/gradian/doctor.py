@@ -7,12 +7,31 @@ list devices and read the determinism switches.
 
 from __future__ import annotations
 
+import io
 import os
 import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import importlib_metadata
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gradian import __version__
+from gradian.config import GradianConfig
+from gradian.errors import GradianError
+from gradian.model.embedded import cache_state
+from gradian.model.placement import resolve_placement
+from gradian.plugins import CORE_DISTRIBUTION, get_plugins
+
+SectionT = TypeVar("SectionT")
 
 HEADER = "Paste this output into your Gradian issue."
 PACKAGES = (
@@ -28,11 +47,8 @@ OK, OUTSIDE, NOT_INSTALLED, UNPARSEABLE = "ok", "outside window", "not installed
 # --- the supported window -----------------------------------------------------------------------
 
 
-def read_window(text: str | None = None) -> dict[str, Any]:
+def read_window(text: str | None = None) -> dict[str, SpecifierSet]:
     """The supported window as {canonical package name: SpecifierSet}, from constraints/supported_window.txt."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
     if text is None:
         text = (Path(__file__).parent / WINDOW_FILE).read_text()
     window = {}
@@ -44,10 +60,8 @@ def read_window(text: str | None = None) -> dict[str, Any]:
     return window
 
 
-def window_status(version: str | None, specifier: Any | None) -> str:
+def window_status(version: str | None, specifier: SpecifierSet | None) -> str:
     """ok / outside window / not installed / unparseable version, for one installed version."""
-    from packaging.version import InvalidVersion, Version
-
     if version is None:
         return NOT_INSTALLED
     if specifier is None:
@@ -62,23 +76,19 @@ def window_status(version: str | None, specifier: Any | None) -> str:
 
 
 def _installed_version(name: str) -> str | None:
-    import importlib_metadata
-
     try:
         return importlib_metadata.version(name)
     except importlib_metadata.PackageNotFoundError:
         return None
 
 
-def _window_text(specifier: Any) -> str:
+def _window_text(specifier: SpecifierSet) -> str:
     """A specifier set written lower bound first (">=2.4,<2.14"), as people read a range."""
     return ",".join(sorted((str(s) for s in specifier), key=lambda s: (not s.startswith(">"), s)))
 
 
-def package_rows(window: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def package_rows(window: dict[str, SpecifierSet] | None = None) -> list[dict[str, Any]]:
     """Each watched package: installed version, supported window and status."""
-    from packaging.utils import canonicalize_name
-
     window = read_window() if window is None else window
     rows = []
     for name in PACKAGES:
@@ -97,9 +107,6 @@ def package_rows(window: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 
 
 def _gradian_section() -> dict[str, Any]:
-    from gradian import __version__
-    from gradian.plugins import CORE_DISTRIBUTION, get_plugins
-
     # gradian-core and every distribution that registers a plugin (loaded or failed): the core names none of them
     found = {info.distribution for info in get_plugins().infos() if info.distribution != "unknown"}
     return {"version": __version__,
@@ -142,16 +149,13 @@ def _devices_section() -> dict[str, Any]:
 
 def _auto_placement() -> str:
     """What --device auto --dtype auto picks in this process, or why it cannot pick."""
-    from gradian.errors import GradianError
-    from gradian.model.placement import resolve_placement
-
     try:
         return str(resolve_placement())
     except GradianError as error:
         return f"error: {error.one_line()}"
 
 
-def _determinism_section(config: Any) -> dict[str, Any]:
+def _determinism_section(config: GradianConfig) -> dict[str, Any]:
     import torch
 
     data = config.to_dict()
@@ -168,8 +172,6 @@ def _determinism_section(config: Any) -> dict[str, Any]:
 
 
 def _trainers_section() -> list[dict[str, Any]]:
-    from gradian.plugins import get_plugins
-
     plugins = get_plugins()
     rows = []
     for name, spec in sorted(plugins.trainers().items()):
@@ -187,8 +189,6 @@ def _trainers_section() -> list[dict[str, Any]]:
 
 
 def _plugins_section() -> dict[str, Any]:
-    from gradian.plugins import get_plugins
-
     loaded, failed = [], []
     for info in get_plugins().infos():
         row = {"name": info.name, "distribution": info.distribution, "version": info.version}
@@ -200,12 +200,10 @@ def _plugins_section() -> dict[str, Any]:
 
 
 def _embedded_section() -> dict[str, Any]:
-    from gradian.model.embedded import cache_state
-
     return cache_state()
 
 
-def _guarded(section: Callable[[], Any]) -> Any:
+def _guarded(section: Callable[[], SectionT]) -> SectionT | dict[str, str]:
     """Run one section; a failure becomes the section's content, because doctor must always print."""
     try:
         return section()
@@ -213,11 +211,9 @@ def _guarded(section: Callable[[], Any]) -> Any:
         return {"error": f"{type(error).__name__}: {' '.join(str(error).split())}"}
 
 
-def collect(config: Any | None = None, *, window: dict[str, Any] | None = None) -> dict[str, Any]:
+def collect(config: GradianConfig | None = None, *, window: dict[str, SpecifierSet] | None = None) -> dict[str, Any]:
     """The whole report as a JSON-ready dict; ``window`` replaces the shipped supported window."""
     if config is None:
-        from gradian.config import GradianConfig
-
         config = GradianConfig()
     report: dict[str, Any] = {
         "header": HEADER,
@@ -266,10 +262,6 @@ _STATUS_STYLE = {OK: "green", OUTSIDE: "yellow", NOT_INSTALLED: "dim", UNPARSEAB
 
 def render(report: dict[str, Any], *, color: bool = False, width: int = 100) -> str:
     """The report as text for a terminal or an issue (rich tables; ANSI colours only when asked)."""
-    import io
-
-    from rich.console import Console
-
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=color, color_system="standard" if color else None,
                       highlight=False, soft_wrap=False)
@@ -279,11 +271,8 @@ def render(report: dict[str, Any], *, color: bool = False, width: int = 100) -> 
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 
-def _renderables(report: dict[str, Any]) -> list[Any]:
-    from rich.table import Table
-    from rich.text import Text
-
-    out: list[Any] = [Text(report["header"], style="bold")]
+def _renderables(report: dict[str, Any]) -> list[RenderableType]:
+    out: list[RenderableType] = [Text(report["header"], style="bold")]
     gradian, python, plat = report["gradian"], report["python"], report["platform"]
     out.append(_pairs("Environment", {
         "gradian": gradian.get("version", gradian.get("error")),
@@ -316,9 +305,7 @@ def _renderables(report: dict[str, Any]) -> list[Any]:
     return out
 
 
-def _pairs(title: str, values: dict[str, Any]) -> Any:
-    from rich.table import Table
-
+def _pairs(title: str, values: dict[str, Any]) -> Table:
     table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")  # paths are pasted into issues whole, never cut with an ellipsis
@@ -354,10 +341,7 @@ def _device_lines(devices: dict[str, Any]) -> dict[str, Any]:
     return lines
 
 
-def _trainers_table(trainers: Any) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
+def _trainers_table(trainers: list[dict[str, Any]] | dict[str, Any]) -> Table:
     if not isinstance(trainers, list):
         return _pairs("Trainer backends", trainers)
     table = Table(title="Trainer backends", title_justify="left")
@@ -370,10 +354,7 @@ def _trainers_table(trainers: Any) -> Any:
     return table
 
 
-def _plugins_table(plugins: Any) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
+def _plugins_table(plugins: dict[str, Any]) -> Table:
     if "error" in plugins:
         return _pairs("Plugins", plugins)
     table = Table(title="Plugins", title_justify="left")

@@ -12,11 +12,10 @@ import ctypes.util
 import functools
 import gc
 import sys
-from typing import Any
 
 
 @functools.cache
-def _libc() -> Any:
+def _libc() -> ctypes.CDLL | None:
     """glibc, whose malloc_trim returns freed heap pages; None on other C libraries and systems."""
     if not sys.platform.startswith("linux"):
         return None

@@ -7,6 +7,7 @@ duplicate name be reported with both distributions named.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -168,14 +169,13 @@ def _new_manager() -> pluggy.PluginManager:
 
 
 def _load_defaults(plugins: PluginSet) -> None:
-    import importlib
-
     version = _distribution_version(CORE_DISTRIBUTION)
     for name, module_name in DEFAULT_PLUGINS:
         plugins.register(importlib.import_module(module_name), name, CORE_DISTRIBUTION, version)
 
 
-def _load_entry_points(plugins: PluginSet, entry_points: Iterable[Any] | None = None) -> None:
+def _load_entry_points(plugins: PluginSet,
+                      entry_points: Iterable[importlib_metadata.EntryPoint] | None = None) -> None:
     if entry_points is None:
         entry_points = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
     builtin_modules = {module for _, module in DEFAULT_PLUGINS}
@@ -200,7 +200,8 @@ def _distribution_version(name: str) -> str:
         return ""
 
 
-def load_plugins(autoload: bool | None = None, entry_points: Iterable[Any] | None = None) -> PluginSet:
+def load_plugins(autoload: bool | None = None,
+                 entry_points: Iterable[importlib_metadata.EntryPoint] | None = None) -> PluginSet:
     """A fresh PluginSet with the built-ins and (unless disabled) every installed plugin."""
     if autoload is None:
         autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)

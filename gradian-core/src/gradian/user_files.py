@@ -15,6 +15,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gradian.errors import GradianError
 
 # Config-like files (adapter_config.json, trainer_state.json, manifests, reports, --config) are kilobytes;
@@ -149,8 +151,6 @@ def parse_json(text: str, path: Path, what: str, error: type[GradianError] = Gra
 
 def parse_yaml(text: str, path: Path, what: str, error: type[GradianError] = GradianError, *, hint: str = "") -> Any:
     """Parse plain YAML (no tags that build objects); ``error`` naming file:line when invalid, too deep or tagged."""
-    import yaml
-
     try:
         value = yaml.safe_load(text)
     except yaml.constructor.ConstructorError as exc:
