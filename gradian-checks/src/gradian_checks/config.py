@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gradian.file_names import ADAPTER_CONFIG, TRAINER_STATE
 from gradian.records import Evidence
 from gradian_checks.registry import CheckFamily, Hit, config_evidence
 
@@ -275,7 +276,7 @@ def grad_clip_disabled(ctx: Any) -> Iterator[Hit]:
         return
     points = ctx.train_points()
     source = ctx.run.sources.get("metrics", "")
-    if cfg.max_grad_norm is None and points and source.endswith("trainer_state.json") and all(p.grad_norm is None for p in points):
+    if cfg.max_grad_norm is None and points and source.endswith(TRAINER_STATE) and all(p.grad_norm is None for p in points):
         yield Hit("grad_norm is never logged, which the Trainer does when clipping is off",
                   (Evidence(f"no grad_norm in {len(points)} logged steps", location=source),))
 
@@ -350,7 +351,7 @@ def _base_mismatch_hit(recorded: str, given: str, config_file: str) -> Hit:
 def adapter_base_mismatch(ctx: Any) -> Iterator[Hit]:
     """The adapter was trained on another base model, or relies on new tokens it never trained."""
     adapter = ctx.adapter
-    config_file = (adapter.path / "adapter_config.json").as_posix()
+    config_file = (adapter.path / ADAPTER_CONFIG).as_posix()
     recorded = str(adapter.config.get("base_model_name_or_path") or "")
     given = str(ctx.base_model or "")
     if recorded and given:
@@ -450,7 +451,7 @@ def _adapter_config_problems(adapter: Any, config_file: str) -> Iterator[Hit]:
 def adapter_unusable(ctx: Any) -> Iterator[Hit]:
     """The adapter index would refuse, found from its config and tensor headers alone (no model, no torch)."""
     adapter = ctx.adapter
-    config_file = (adapter.path / "adapter_config.json").as_posix()
+    config_file = (adapter.path / ADAPTER_CONFIG).as_posix()
     problems = list(_adapter_config_problems(adapter, config_file))
     yield from problems
     if problems:

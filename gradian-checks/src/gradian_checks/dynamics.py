@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gradian.file_names import TRAINER_STATE
 from gradian.records import Evidence
 from gradian_checks.config import DECAYING_SCHEDULES, total_steps
 from gradian_checks.registry import CheckFamily, Hit, count, point_evidence
@@ -320,7 +321,7 @@ def lr_schedule_mismatch(ctx: Any) -> Iterator[Hit]:
 
 def _checkpoint_state_note(run: Any) -> str:
     """Which checkpoint's trainer_state.json the step came from, when the run dir has none at the top level."""
-    state = run.sources.get("trainer_state.json")
+    state = run.sources.get(TRAINER_STATE)
     if not state or Path(state).parent == Path(run.path):
         return ""
     # The user should know the step is the latest checkpoint's: a run that went on unsaved looks the same.

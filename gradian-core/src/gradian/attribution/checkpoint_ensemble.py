@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gradian.errors import GradianError
+from gradian.file_names import ADAPTER_PICKLE, ADAPTER_SAFETENSORS
 from gradian.model.adapter_swap import checkpoint_hash, checkpoint_weights
 from gradian.runs import read_run
 from gradian.runs.hf_trainer import checkpoints
@@ -67,7 +68,7 @@ def plan_ensemble(count: int, run_dir: Path | None, adapter_dir: Path | None, ad
         return EnsemblePlan(note=f"the run at {run_dir} could not be read ({error.one_line()}), so the adapter was "
                                  "scored alone")
     # a checkpoint whose weights are a pickle is left out unless --allow-pickle, as an adapter would be refused
-    weights = ("adapter_model.safetensors", "adapter_model.bin") if allow_pickle else ("adapter_model.safetensors",)
+    weights = (ADAPTER_SAFETENSORS, ADAPTER_PICKLE) if allow_pickle else (ADAPTER_SAFETENSORS,)
     found = [(int(folder.name.rsplit("-", 1)[1]), folder) for folder in checkpoints(run_dir)
              if any((folder / name).is_file() for name in weights)]
     final_step = artifact.global_step

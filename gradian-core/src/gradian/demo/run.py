@@ -33,6 +33,7 @@ from gradian.diagnose.runner import diagnose
 from gradian.errors import ConfigError, ReportError
 from gradian.evaluation.ground_truth import cluster_ranks, rank_planted
 from gradian.evaluation.metrics import contains
+from gradian.file_names import ADAPTER_SAFETENSORS
 from gradian.memory import release_freed_memory
 from gradian.model.base import resolve_base_model
 from gradian.model.embedded import transformers_progress_bars
@@ -376,7 +377,7 @@ def _diagnose(paths: DemoPaths, files: ScenarioFiles, config: GradianConfig, bas
 def report_key(base_model: str, files: ScenarioFiles, adapter: Path, config: GradianConfig,
                placement: Placement | None = None) -> dict[str, Any]:
     """What decides the attribution report: base model, adapter weights, data, eval set, config, device and dtype."""
-    return {"base_model": base_model, "adapter_sha256": sha256_file(adapter / "adapter_model.safetensors"),
+    return {"base_model": base_model, "adapter_sha256": sha256_file(adapter / ADAPTER_SAFETENSORS),
             "train_sha256": sha256_file(files.train), "eval_sha256": sha256_file(files.eval),
             "config": config.section_hash("grads", "evaluation", "attribution"),
             "compute": (placement or resolve_placement()).to_dict()}

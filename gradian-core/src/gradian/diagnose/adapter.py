@@ -16,11 +16,9 @@ from typing import Any
 import numpy as np
 
 from gradian.errors import ModelError
+from gradian.file_names import ADAPTER_CONFIG, ADAPTER_PICKLE, ADAPTER_SAFETENSORS
 from gradian.user_files import absent, load_json
 
-ADAPTER_CONFIG = "adapter_config.json"
-SAFETENSORS = "adapter_model.safetensors"
-PICKLED_WEIGHTS = "adapter_model.bin"
 # safetensors dtype -> (numpy dtype name, bytes per element); BF16 is widened to float32 by hand.
 DTYPES: dict[str, tuple[str, int]] = {
     "F64": ("<f8", 8), "F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2),
@@ -129,11 +127,11 @@ def read_adapter(path: Path) -> AdapterInfo:
     config = load_json(config_path, ADAPTER_CONFIG, ModelError, hint="restore adapter_config.json from a checkpoint")
     if not isinstance(config, dict):
         raise ModelError(f"{config_path}:1: not a JSON object", "adapter_config.json is the object peft writes")
-    weights = path / SAFETENSORS
+    weights = path / ADAPTER_SAFETENSORS
     if not weights.is_file():
-        if (path / PICKLED_WEIGHTS).is_file():
-            raise ModelError(f"{path} has only {PICKLED_WEIGHTS} (a pickle); diagnose reads safetensors only",
+        if (path / ADAPTER_PICKLE).is_file():
+            raise ModelError(f"{path} has only {ADAPTER_PICKLE} (a pickle); diagnose reads safetensors only",
                              "re-save the adapter with save_pretrained(safe_serialization=True)")
-        raise ModelError(f"{path} has no {SAFETENSORS}", "the adapter weights are missing; save the adapter again")
+        raise ModelError(f"{path} has no {ADAPTER_SAFETENSORS}", "the adapter weights are missing; save the adapter again")
     tensors, offset = read_safetensors_header(weights)
     return AdapterInfo(path=path, config=config, weights=weights, tensors=tensors, data_offset=offset)

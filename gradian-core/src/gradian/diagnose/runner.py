@@ -16,6 +16,7 @@ from gradian.data.loading import scan_eval_dataset
 from gradian.diagnose.adapter import read_adapter
 from gradian.diagnose.context import NEED_FLAGS, AuditContext
 from gradian.errors import ConfigError, DatasetError, GradianError
+from gradian.file_names import ADAPTER_CONFIG, ADAPTER_SAFETENSORS, TRAINER_STATE
 from gradian.model.base import _load_tokenizer_from, local_base_model_named_by
 from gradian.plugins import PluginSet, get_plugins
 from gradian.records import FAMILIES, SEVERITIES, AuditCheck, Finding, Need, RunArtifact
@@ -186,8 +187,8 @@ def run_inputs(artifact: RunArtifact, run_config: Path | None = None) -> dict[st
     if run_config is not None:
         described["run_config"] = str(run_config)
     # A state read from checkpoint-N/ (no top-level trainer_state.json) is named, so steps are not taken as final.
-    if artifact.sources.get("trainer_state.json"):
-        described["trainer_state"] = artifact.sources["trainer_state.json"]
+    if artifact.sources.get(TRAINER_STATE):
+        described["trainer_state"] = artifact.sources[TRAINER_STATE]
     return described
 
 
@@ -196,7 +197,7 @@ def base_model_from_adapter(adapter_dir: Path | None, inputs: dict[str, Any]) ->
     named = local_base_model_named_by(adapter_dir) if adapter_dir is not None else None
     if named is not None:
         inputs["base_model"] = named
-        inputs["base_model_from"] = str(adapter_dir / "adapter_config.json")
+        inputs["base_model_from"] = str(adapter_dir / ADAPTER_CONFIG)
     return named
 
 
@@ -237,7 +238,7 @@ def build_context(
     if adapter is not None:
         adapter_info = read_adapter(Path(adapter))
         inputs["adapter"] = {"path": str(adapter), "tensors": len(adapter_info.tensors)}
-    elif artifact is not None and artifact.adapter_dir is not None and (artifact.adapter_dir / "adapter_model.safetensors").is_file():
+    elif artifact is not None and artifact.adapter_dir is not None and (artifact.adapter_dir / ADAPTER_SAFETENSORS).is_file():
         adapter_info = read_adapter(artifact.adapter_dir)
         inputs["adapter"] = {"path": str(artifact.adapter_dir), "tensors": len(adapter_info.tensors),
                              "found_in_run_dir": True}

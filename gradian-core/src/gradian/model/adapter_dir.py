@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradian.atomic_files import update_with_file
 from gradian.errors import ModelError
+from gradian.file_names import ADAPTER_CONFIG, ADAPTER_PICKLE, ADAPTER_SAFETENSORS
 from gradian.model.lora_blocks import short_module_name
 from gradian.user_files import absent, load_json
 
@@ -21,9 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ADAPTER_CONFIG = "adapter_config.json"
-SAFETENSORS_WEIGHTS = "adapter_model.safetensors"
-PICKLE_WEIGHTS = "adapter_model.bin"
 
 ADAPTER_HINT = "pass --adapter DIR, the directory your trainer saved the PEFT LoRA adapter to (it holds adapter_config.json)"
 
@@ -70,14 +68,14 @@ def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False, warn
             + ": Gradian attributes over the A and B matrices of LoRA layers",
             "train a LoRA adapter (peft_type LORA) and pass its directory as --adapter",
         )
-    safetensors_path = directory / SAFETENSORS_WEIGHTS
-    pickle_path = directory / PICKLE_WEIGHTS
+    safetensors_path = directory / ADAPTER_SAFETENSORS
+    pickle_path = directory / ADAPTER_PICKLE
     if safetensors_path.is_file():
         return AdapterFiles(directory, config, safetensors_path, pickled=False)
     if pickle_path.is_file():
         if not allow_pickle:
             raise ModelError(
-                f"{directory} holds its weights as a pickle ({PICKLE_WEIGHTS}) and no {SAFETENSORS_WEIGHTS}; "
+                f"{directory} holds its weights as a pickle ({ADAPTER_PICKLE}) and no {ADAPTER_SAFETENSORS}; "
                 "Gradian does not unpickle files unless asked",
                 "re-save the adapter with save_pretrained(..., safe_serialization=True), or pass --allow-pickle if "
                 "you trust the file (it is still read with torch.load(weights_only=True))",
@@ -88,7 +86,7 @@ def inspect_adapter_dir(adapter: str | Path, *, allow_pickle: bool = False, warn
                           "hold wrong or huge tensors", UserWarning, stacklevel=2)
         return AdapterFiles(directory, config, pickle_path, pickled=True)
     raise ModelError(
-        f"no LoRA weights in {directory}: neither {SAFETENSORS_WEIGHTS} nor {PICKLE_WEIGHTS} is there",
+        f"no LoRA weights in {directory}: neither {ADAPTER_SAFETENSORS} nor {ADAPTER_PICKLE} is there",
         "point --adapter at the directory peft's save_pretrained wrote (a checkpoint-N/ folder also works)",
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from gradian.data.formats import json_type
 from gradian.errors import RunDirError
+from gradian.file_names import ADAPTER_CONFIG, TRAINER_STATE, TRAINING_ARGS
 from gradian.records import MetricPoint, RunArtifact, RunLogReaderSpec
 from gradian.runs.artifact_builder import (
     ArtifactBuilder,
@@ -26,9 +27,6 @@ from gradian.runs.artifact_builder import (
 from gradian.runs.restricted_unpickler import PickledObject, class_name, load_restricted, to_plain
 from gradian.user_files import load_yaml
 
-TRAINER_STATE = "trainer_state.json"
-TRAINING_ARGS = "training_args.bin"
-ADAPTER_CONFIG = "adapter_config.json"
 README = "README.md"
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from gradian.data.loss_mask import LossMaskChoice, resolve_loss_mask, resolve_pair_rendering
 from gradian.errors import RunDirError
+from gradian.file_names import TRAINER_STATE, TRAINING_ARGS
 from gradian.runs import read_run
-from gradian.runs.hf_trainer import TRAINER_STATE, TRAINING_ARGS, checkpoints
+from gradian.runs.hf_trainer import checkpoints
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -21,6 +21,7 @@ import yaml
 
 from gradian import __version__
 from gradian.errors import TrainingError
+from gradian.file_names import ADAPTER_CONFIG, ADAPTER_SAFETENSORS, TRAINER_STATE, TRAINING_ARGS
 from gradian.records import TrainJob, TrainResult
 
 if TYPE_CHECKING:
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
 
 ADAPTER_DIR = "adapter"
 RUN_DIR = "run"
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-RUN_FILES = ("trainer_state.json", "training_args.bin")
+ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_SAFETENSORS)
+RUN_FILES = (TRAINER_STATE, TRAINING_ARGS)
 CONFIG_FILE = "gradian-train.yaml"
 JOB_FILE = "gradian-job.json"
 
