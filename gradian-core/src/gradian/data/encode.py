@@ -121,10 +121,10 @@ def _check_length(max_seq_length: int) -> None:
                           "set grads.max_seq_length (or train.max_seq_length) to 1 or more")
 
 
-def _tokenize(text: str, tokenizer: PreTrainedTokenizerBase, *,
-              offsets: bool) -> tuple[list[int], list[tuple[int, int]]]:
+def _tokenize(text: str, tokenizer: PreTrainedTokenizerBase, *, offsets: bool,
+              special_tokens: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
     try:
-        encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=offsets)
+        encoding = tokenizer(text, add_special_tokens=special_tokens, return_offsets_mapping=offsets)
     except NotImplementedError:
         raise ModelError("the tokenizer cannot report character offsets, which the loss mask needs",
                          "load a fast (tokenizers-backed) tokenizer: AutoTokenizer.from_pretrained(..., use_fast=True)") from None
@@ -177,13 +177,9 @@ def _encode_raw_pair(prompt: str, completion: str, loss_mask: str, tokenizer: Pr
     _check_length(max_seq_length)
     eos = getattr(tokenizer, "eos_token", None) or ""
     full = prompt + completion + ("" if completion.endswith(eos) else eos)
-    try:
-        encoding = tokenizer(full, return_offsets_mapping=True)
-    except NotImplementedError:
-        _tokenize(full, tokenizer, offsets=True)  # raises the ModelError that says why offsets are needed
-        raise
-    ids, offsets = list(encoding["input_ids"]), [tuple(pair) for pair in encoding["offset_mapping"]]
-    prompt_ids = list(tokenizer(prompt)["input_ids"])
+    # TRL calls the tokenizer with its defaults, so its special tokens (a BOS, where it adds one) are in.
+    ids, offsets = _tokenize(full, tokenizer, offsets=True, special_tokens=True)
+    prompt_ids, _ = _tokenize(prompt, tokenizer, offsets=False, special_tokens=True)
     start = 0
     if loss_mask != "all":
         while start < min(len(ids), len(prompt_ids)) and ids[start] == prompt_ids[start]:
