@@ -83,14 +83,12 @@ def concrete_loss_mask(grads: GradsConfig) -> str:
     return "assistant" if mode == "auto" else mode
 
 
-def resolve_pair_rendering(setting: str, run_config: RunConfig | None = None) -> tuple[str, str]:
-    """The concrete ``grads.string_pairs`` and why (``auto`` follows ``run_config``; None when there is no run)."""
+def resolve_pair_rendering(setting: str, run_config: RunConfig | None = None) -> str:
+    """The concrete ``grads.string_pairs``: ``auto`` is ``raw`` after a TRL or unsloth run (TRL tokenizes string
+    prompt/completion rows as prompt + completion + EOS, no template), else ``template`` (gradian train's rendering)."""
     if setting != "auto":
-        return setting, f"grads.string_pairs is {setting}"
-    framework = getattr(run_config, "framework", None)
-    if framework in TRL_FRAMEWORKS:
-        return "raw", f"{framework} tokenizes string prompt/completion rows as prompt + completion + EOS, no template"
-    return "template", "string prompt/completion rows go through the chat template (gradian train's rendering)"
+        return setting
+    return "raw" if getattr(run_config, "framework", None) in TRL_FRAMEWORKS else "template"
 
 
 def concrete_encoding(grads: GradsConfig) -> dict[str, str]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from gradian.cache import cache_dir
 from gradian.data.encode import encode
-from gradian.data.loss_mask import concrete_encoding, concrete_loss_mask
+from gradian.data.loss_mask import concrete_encoding, concrete_loss_mask, concrete_pair_rendering
 from gradian.grads.whitening import whitening_spec
 from gradian.index.manifest import FORMAT_VERSION, ID_LIBRARIES, BlockInfo, compute_index_id, library_versions
 from gradian.index.stats import StatBlock, plan_stat_blocks
@@ -175,7 +175,7 @@ def make_plan(loaded: LoadedModel, capture: GradientCapture, config: GradianConf
         "batch_size": grads.batch_size,
         "shard_size": grads.shard_size,
         "loss_mask": loss_mask,
-        "string_pairs": concrete_encoding(grads)["pairs"],
+        "string_pairs": concrete_pair_rendering(grads),
         "tokenizer": getattr(loaded.tokenizer_choice, "description", None),
     }
     out_dir = Path(out).expanduser() if out is not None else default_index_dir(index_id)

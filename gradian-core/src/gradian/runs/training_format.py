@@ -98,7 +98,7 @@ def with_loss_mask(config: GradianConfig, run: RunArtifact | None,
                    examples: Sequence[Example]) -> tuple[GradianConfig, LossMaskChoice]:
     """``config`` with ``grads.loss_mask`` and ``grads.string_pairs`` made concrete from ``run``, and the mask choice."""
     choice = loss_mask_for(config.grads.loss_mask, run, examples)
-    pairs, _ = resolve_pair_rendering(config.grads.string_pairs, run.config if run is not None else None)
+    pairs = resolve_pair_rendering(config.grads.string_pairs, run.config if run is not None else None)
     return config.replace(grads=dataclasses.replace(config.grads, loss_mask=choice.mode, string_pairs=pairs)), choice
 
 
