@@ -16,7 +16,7 @@ import torch
 from gradian.attribution.checkpoint_ensemble import _evenly_spaced, _weights, plan_ensemble, rate_at
 from gradian.cli.app import main
 from gradian.errors import ModelError
-from tests.core.counterfactual_reports import write_dataset, write_eval
+from tests.core.counterfactual_reports import N_CLEAN, N_PLANTED, write_dataset, write_eval
 from tests.core.test_report_files import _read_scores_csv
 from tests.trainer_hf.chat_data import QUICK
 
@@ -76,6 +76,32 @@ def test_summed_blame_equals_each_checkpoint_attributed_alone_weighted_by_learni
     assert "TracIn-CP" in (root / "ensemble" / "report.md").read_text()
 
 
+def test_span_blame_is_each_checkpoints_span_blame_weighted_by_learning_rate(trained, tiny_base_dir, tmp_path):
+    # one query item and every row drilled, so each run drills every example against the same query
+    every = str(N_CLEAN + N_PLANTED)
+    drill_all = ("--set", "attribution.fallback_examples=1", "--set", f"attribution.span_examples={every}",
+                 "--set", f"attribution.top_k={every}")
+    report = _attribute(trained, tiny_base_dir, tmp_path / "ensemble", trained["adapter"],
+                        "--set", "attribution.checkpoints=3", *drill_all)
+    members = report["method"]["checkpoints"]
+    assert len(members) == 3 and len(report["spans"]) == N_CLEAN + N_PLANTED
+    expected: dict[tuple[str, int, int], float] = {}
+    for member in members:
+        alone = _attribute(trained, tiny_base_dir, tmp_path / f"alone-{member['step']}", Path(member["adapter"]),
+                           "--set", "attribution.checkpoints=1", *drill_all)
+        for key, blame in _span_blames(alone).items():
+            expected[key] = expected.get(key, 0.0) + member["weight"] * blame
+    summed = _span_blames(report)
+    assert summed.keys() == expected.keys()
+    np.testing.assert_allclose([summed[key] for key in expected], list(expected.values()), rtol=1e-5, atol=1e-9)
+
+
+def _span_blames(report: dict) -> dict[tuple[str, int, int], float]:
+    """(example id, message, sentence start) -> blame, over every drilled example."""
+    return {(drill["example_id"], span["message_index"], span["start"]): span["blame"]
+            for drill in report["spans"] for span in drill["spans"]}
+
+
 def test_an_eval_set_run_scores_every_member_on_the_adapters_regressed_items(trained, tiny_base_dir, tmp_path):
     evals = write_eval(tmp_path / "eval.jsonl")
     report = _attribute(trained, tiny_base_dir, tmp_path / "out", trained["adapter"], "--eval-dataset", str(evals),
@@ -83,6 +109,7 @@ def test_an_eval_set_run_scores_every_member_on_the_adapters_regressed_items(tra
     # the run is found next to the adapter (gradian train's out/adapter beside out/run) without --run
     assert [m["step"] for m in report["method"]["checkpoints"]] == [1, 3]  # step 1.5 is a tie: the earlier
     assert report["verdict"]["kind"] == "attributed" and len(report["top_examples"]) > 0
+    assert report["spans"] and all(drill["spans"] for drill in report["spans"])  # drilled at every member too
 
 
 def test_no_run_scores_the_adapter_alone_and_says_so(trained, tiny_base_dir, tiny_adapter_dir, tmp_path):

@@ -135,32 +135,43 @@ def _weights(rates: Sequence[float | None]) -> list[float]:
 
 @dataclass(frozen=True)
 class EnsembleBlame:
-    """The weighted per-item blame [examples, items] (None: the adapter alone), the members scored, and a note."""
+    """The weighted per-item blame [examples, items] (None: the adapter alone), the members scored, and a note.
+
+    ``scored`` pairs each member with what ``score_member`` kept of it (None for the adapter), so a later stage
+    (the span drill-down) can work at the same points with the same weights.
+    """
 
     item_blame: np.ndarray | None
     members: tuple[dict[str, Any], ...] = ()
     note: str | None = None
+    scored: tuple[tuple[EnsembleMember, Any], ...] = ()
 
 
 def score_checkpoints(count: int, run_dir: Path | None, loaded: LoadedModel, adapter_blame: np.ndarray,
-                      adapter_index_id: str | None, score_member: Callable[[LoadedModel], tuple[np.ndarray, str]], *,
+                      adapter_index_id: str | None,
+                      score_member: Callable[[LoadedModel], tuple[np.ndarray, str, Any]], *,
                       allow_pickle: bool = False) -> EnsembleBlame:
-    """sum_c w_c B_c over up to ``count`` points of the run; ``score_member(view)`` gives (B_c, index id) under c."""
+    """sum_c w_c B_c over up to ``count`` points of the run.
+
+    ``score_member(view)`` gives (B_c, index id, anything the caller wants back in ``scored``) under c.
+    """
     plan = plan_ensemble(count, run_dir, loaded.adapter_dir, loaded.adapter_hash, allow_pickle=allow_pickle)
     if len(plan.members) < 2:
         return EnsembleBlame(None, note=plan.note)
     total = np.zeros_like(np.asarray(adapter_blame, dtype=np.float64))
-    records = []
+    records, scored = [], []
     for member in plan.members:
+        kept = None
         if member.is_adapter:
             blame, index_id = adapter_blame, adapter_index_id
         else:
             with checkpoint_weights(loaded, member.adapter_dir, allow_pickle=allow_pickle) as view:
-                blame, index_id = score_member(view)
+                blame, index_id, kept = score_member(view)
         if blame.shape != total.shape:
             raise GradianError(f"checkpoint {member.adapter_dir} gave blame of shape {blame.shape}, the adapter "
                                f"{total.shape}", "report this with the gradian doctor output")
         total += member.weight * np.asarray(blame, dtype=np.float64)
         records.append(member.to_dict(index_id))
+        scored.append((member, kept))
         logger.info("scored checkpoint %s (weight %.3g)", member.adapter_dir, member.weight)
-    return EnsembleBlame(total, tuple(records), plan.note)
+    return EnsembleBlame(total, tuple(records), plan.note, tuple(scored))

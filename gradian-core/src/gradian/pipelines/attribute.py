@@ -39,7 +39,8 @@ from gradian.memory import release_freed_memory
 from gradian.model.loaded import LoadedModel, check_unsloth_absent, require_adapter
 from gradian.model.placement import Placement, resolve_placement
 from gradian.model.quantized import training_base_note
-from gradian.query import query_gradients, span_blames
+from gradian.pipelines.span_drill import PointQueries, ScoredPoint, span_drills
+from gradian.query import query_gradients
 from gradian.report import (
     Provenance,
     ReportFiles,
@@ -55,7 +56,6 @@ from gradian.runs import read_run
 from gradian.runs.training_format import run_dir_of_adapter
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
     from gradian.grads.capture import GradientCapture
 
@@ -171,7 +171,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     ensemble = None
     if config.attribution.checkpoints > 1:
         with stages.stage("checkpoints") as tick:
-            def score_member(view: LoadedModel) -> tuple[np.ndarray, str]:
+            def score_member(view: LoadedModel) -> tuple[np.ndarray, str, _MemberState]:
                 return _member_blame(view, examples, config, capability, eval_items, signal_choice, item_ids,
                                      progress=tick, say=say)
 
@@ -192,7 +192,9 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                                  assignment, config.attribution, scores, clusters)
             scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with cause 1
     with stages.stage("spans"):
-        drills = _span_drills(capture, loaded.tokenizer, examples, scores, preconditioned, list(item_ids), config)
+        points = _scored_points(index, preconditioned, item_ids, ensemble, examples, config, capability, eval_items,
+                                signal_choice)
+        drills = span_drills(loaded, examples, scores, points, config, allow_pickle=allow_pickle)
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
                   signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=blame_matrix,
@@ -208,7 +210,7 @@ def _member_blame(view: LoadedModel, examples: Sequence[Example], config: Gradia
                   capability: CapabilityResult | None, eval_items: Sequence[Example] | None,
                   signal_choice: QuerySignalChoice, item_ids: Sequence[str], *,
                   progress: Callable[[int, int], None] | None = None,
-                  say: Callable[[str], None] | None = None) -> tuple[np.ndarray, str]:
+                  say: Callable[[str], None] | None = None) -> tuple[np.ndarray, str, _MemberState]:
     """Per-item blame [examples, items] under one checkpoint's weights: its own index, queries and preconditioner."""
     from gradian.grads.capture import GradientCapture  # both import torch; this module does not
     from gradian.index.build import build_index
@@ -228,7 +230,42 @@ def _member_blame(view: LoadedModel, examples: Sequence[Example], config: Gradia
     collector = ItemBlameCollector()
     score_with_config(index, preconditioner.apply(queries), config.attribution, item_ids=item_ids,
                       item_sink=collector)
-    return collector.matrix(), index.index_id
+    return collector.matrix(), index.index_id, _MemberState(index, preconditioner)
+
+
+@dataclass(frozen=True)
+class _MemberState:
+    """What the span drill-down needs again of a scored checkpoint: its index and fitted preconditioner."""
+
+    index: Index
+    preconditioner: Preconditioner
+
+
+def _scored_points(index: Index, preconditioned: np.ndarray, item_ids: Sequence[str], ensemble: EnsembleBlame | None,
+                   examples: Sequence[Example], config: GradianConfig, capability: CapabilityResult | None,
+                   eval_items: Sequence[Example] | None, signal_choice: QuerySignalChoice) -> list[ScoredPoint]:
+    """The points the examples were scored at, for the span drill-down: the adapter alone, or every member."""
+    positions = {item: row for row, item in enumerate(item_ids)}
+
+    def adapter_queries(capture: GradientCapture, view: LoadedModel, wanted: Sequence[str]) -> np.ndarray:
+        return preconditioned[[positions[item] for item in wanted]]  # already taken with the adapter's index
+
+    if ensemble is None or not ensemble.scored:
+        return [ScoredPoint(None, 1.0, index, adapter_queries)]
+
+    def member_queries(state: _MemberState) -> PointQueries:
+        def queries(capture: GradientCapture, view: LoadedModel, wanted: Sequence[str]) -> np.ndarray:
+            if capability is None:
+                rows, ids = _fallback_queries(state.index, examples, config)
+            else:
+                rows, ids = _eval_queries(capture, view, capability, eval_items, config, signal_choice, only=wanted)
+            by_id = dict(zip(ids, state.preconditioner.apply(rows), strict=True))
+            return np.stack([by_id[item] for item in wanted])
+        return queries
+
+    return [ScoredPoint(None, member.weight, index, adapter_queries) if state is None
+            else ScoredPoint(member.adapter_dir, member.weight, state.index, member_queries(state))
+            for member, state in ensemble.scored]
 
 
 # What each section of the index id covers, for the error that names why an index does not fit.
@@ -319,9 +356,13 @@ def _evaluate(loaded: LoadedModel, eval_items: Sequence[Example], config: Gradia
 
 def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: CapabilityResult,
                   eval_items: Sequence[Example], config: GradianConfig,
-                  signal_choice: QuerySignalChoice) -> tuple[np.ndarray, tuple[str, ...]]:
-    """One query vector per regressed item (all items when nothing regressed and the gate is off)."""
+                  signal_choice: QuerySignalChoice,
+                  only: Sequence[str] | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
+    """One query vector per regressed item (all items when nothing regressed and the gate is off), or ``only`` these."""
     items = capability.regressed_items or capability.items
+    if only is not None:
+        chosen = set(only)
+        items = [item for item in items if item.id in chosen]
     prompts = {example.id: example.prompt_messages for example in eval_items}
     query = query_gradients(capture, loaded.tokenizer, items, prompts, signal_choice.effective,
                             max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size)
@@ -341,24 +382,6 @@ def _adam_state(run: str | Path | None, config: GradianConfig, capture: Gradient
     if config.attribution.preconditioner != "adam":
         return None
     return adam_second_moment(run, capture)
-
-
-def _span_drills(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, examples: Sequence[Example],
-                 scores: ExampleScores, preconditioned: np.ndarray, item_ids: list[str],
-                 config: GradianConfig) -> list[SpanDrill]:
-    """Sentence-level blame of the top examples, each against the one item that blames it most.
-
-    ``preconditioned`` holds every item's query in ``item_ids`` order; ``scores`` may cover a subset of them.
-    """
-    drills = []
-    top_positions = list(scores.top_positions)[: config.attribution.span_examples]
-    for rank, position in enumerate(top_positions):
-        item = int(np.argmax(np.asarray(scores.top_item_blame)[rank]))
-        query = preconditioned[item_ids.index(scores.item_ids[item])]
-        spans = span_blames(capture, tokenizer, examples[position], query,
-                            max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size)
-        drills.append(SpanDrill(examples[position].id, int(position), scores.item_ids[item], tuple(spans)))
-    return drills
 
 
 # Build-record fields that differ between two builds of the same index (gradian show-index prints them).

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gradian.data import encode
+from gradian.data.loss_mask import DEFAULT_LOSS_MASK
 from gradian.query.sentences import sentence_spans
 
 if TYPE_CHECKING:
@@ -45,17 +46,19 @@ class SpanBlame:
 
 
 def span_blames(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, example: Example, query: np.ndarray, *,
-                max_seq_length: int, batch_size: int = 8) -> list[SpanBlame]:
+                max_seq_length: int, batch_size: int = 8, loss_mask: str = DEFAULT_LOSS_MASK,
+                pairs: str = "template") -> list[SpanBlame]:
     """Blame of every sentence of every supervised turn of an example: -(query . g_span).
 
-    ``query`` is one preconditioned query vector in the capture's stored space.
+    ``query`` is one preconditioned query vector in the capture's stored space; ``loss_mask`` and ``pairs``
+    encode the example as the index did (``gradian.data.encode.encode``).
     """
     # torch here, not at the top: gradian.evaluation imports this package and stays torch-free
     import torch
 
     from gradian.grads import collate, restrict_labels
 
-    encoded = encode(example, tokenizer, max_seq_length)
+    encoded = encode(example, tokenizer, max_seq_length, loss_mask=loss_mask, pairs=pairs)
     spans = _token_spans(example, encoded)
     if not spans:
         return []
