@@ -22,7 +22,7 @@ from gradian.atomic_files import write_atomic
 from gradian.config import GradianConfig
 from gradian.counterfactual.check_config import layered_config
 from gradian.counterfactual.retrain import TrainedModel, train_model
-from gradian.counterfactual.summary import write_inject
+from gradian.counterfactual.summary import WrittenResult, write_inject
 from gradian.data import Dataset, load_dataset, load_eval_dataset, write_jsonl
 from gradian.data.examples import Example, Fields, example_id
 from gradian.errors import ConfigError, DatasetError
@@ -77,12 +77,8 @@ class InjectPlan:
 
 
 @dataclass(frozen=True)
-class InjectOutcome:
+class InjectOutcome(WrittenResult):
     """What the injection test measured (the inject.json document) and where it wrote it."""
-
-    result: dict[str, Any]
-    json_path: Path
-    markdown_path: Path
 
     @property
     def passed(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,15 @@ if TYPE_CHECKING:
 
 VERIFY_JSON, VERIFY_MD = "verify.json", "verify.md"
 INJECT_JSON, INJECT_MD = "inject.json", "inject.md"
+
+
+@dataclass(frozen=True)
+class WrittenResult:
+    """A result document and where it was written (its JSON and its Markdown)."""
+
+    result: dict[str, Any]
+    json_path: Path
+    markdown_path: Path
 
 
 # --- verify -------------------------------------------------------------------------------------

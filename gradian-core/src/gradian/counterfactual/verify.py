@@ -12,13 +12,12 @@ import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gradian.config import GradianConfig
 from gradian.counterfactual.check_config import layered_config, run_train_section
 from gradian.counterfactual.controls import control_sets
 from gradian.counterfactual.retrain import TrainedModel, train_model
-from gradian.counterfactual.summary import verify_result, write_verify
+from gradian.counterfactual.summary import WrittenResult, verify_result, write_verify
 from gradian.data import Dataset, load_dataset, load_eval_dataset
 from gradian.data.examples import Example
 from gradian.errors import ConfigError, DatasetError
@@ -75,12 +74,8 @@ class VerifyPlan:
 
 
 @dataclass(frozen=True)
-class VerifyOutcome:
+class VerifyOutcome(WrittenResult):
     """What verify measured (the verify.json document) and where it wrote it."""
-
-    result: dict[str, Any]
-    json_path: Path
-    markdown_path: Path
 
     @property
     def confirmed(self) -> bool:
