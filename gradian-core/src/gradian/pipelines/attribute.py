@@ -56,7 +56,6 @@ from gradian.runs import read_run
 from gradian.runs.training_format import run_dir_of_adapter
 
 if TYPE_CHECKING:
-
     from gradian.grads.capture import GradientCapture
 
 # stage name -> a (done, total) progress callback, or None for no progress display
