@@ -1,12 +1,13 @@
 """Span drill-down at the checkpoint ensemble's points: sentence blame per point and summed by learning rate.
 
-The example-level ensemble (TracIn-CP, ``attribution.checkpoints``) sums blame over the adapter and the run's
-checkpoints; the span drill-down still scores sentences at the final adapter only, where the planted sentence is
-fitted. For each planted span row whose attacked item regressed, every sentence's blame against that one item's
-query is taken at each point the shipped ensemble plans (its own index, preconditioner and query there), then summed
-with the ensemble's weights; a hit is the planted sentence ranked first. An investigation: not shipped yet.
+At the final adapter the planted sentence is fitted and its gradient small; the example-level ensemble
+(TracIn-CP, ``attribution.checkpoints``) sums blame over the adapter and the run's checkpoints, and
+`gradian attribute` drills spans over the same points (gradian/pipelines/span_drill.py). For each planted span
+row whose attacked item regressed (every one, not only the report's top five), every sentence's blame against
+that one item's query is taken at each point the ensemble plans (its own index, preconditioner and query there),
+alone and summed with the ensemble's weights; a hit is the planted sentence ranked first.
 
-    .venv/bin/python bench/spans_checkpoints.py --cases /work/bench-cases ckpt-span-0
+    .venv/bin/python bench/spans_checkpoints.py --cases /work/bench-cases ckpt-span-0 lr5e4-span-0
 """
 
 from __future__ import annotations
@@ -86,13 +87,16 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
 
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
-    """Top-1 hits per point and summed, per case."""
+    """Top-1 hits per point and summed, per case; each case's points are its own steps."""
+    width = max(len(case["points"]) for case in cases)
     lines = ["# Span top-1 localization at the checkpoint ensemble's points", "", f"`{command}`", "",
-             "| case | " + " | ".join(f"step {p['step']} alone (weight {p['weight']:.3f})" for p in cases[0]["points"])
-             + " | learning-rate-weighted sum |", "|---|" + "---|" * (len(cases[0]["points"]) + 1)]
+             "Each point alone: top-1 hits (its step, its weight); the last point is the adapter.", "",
+             "| case | " + " | ".join(f"point {j + 1} alone" for j in range(width))
+             + " | learning-rate-weighted sum |", "|---|" + "---|" * (width + 1)]
     for case in cases:
-        lines.append(f"| {case['case']} | " + " | ".join(f"{p['top1_hits']}/{case['checked']}" for p in case["points"])
-                     + f" | **{case['summed_top1_hits']}/{case['checked']}** |")
+        cells = [f"{p['top1_hits']}/{case['checked']} (step {p['step']}, {p['weight']:.3f})" for p in case["points"]]
+        cells += ["-"] * (width - len(cells))
+        lines.append(f"| {case['case']} | " + " | ".join(cells) + f" | **{case['summed_top1_hits']}/{case['checked']}** |")
     return "\n".join(lines) + "\n"
 
 
