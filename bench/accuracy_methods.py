@@ -279,7 +279,7 @@ def span_localization(case: Case, scenario: Any, signal: str | None = None,
                             max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size)
         best = max(spans, key=lambda s: s.blame)
         checked += 1
-        hits += int(best.message_index == span.message_index and best.char_start <= span.char_start < best.char_end)
+        hits += int(span.found_at(best.message_index, best.char_start, best.char_end))
     return {"checked": checked, "top1_hits": hits, "top1": hits / checked if checked else None}
 
 

@@ -62,8 +62,7 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
         rows = []
         for span, item in targets:
             spans = sentence_blames(case, signal, config.attribution.preconditioner, final.examples[span.row], item)
-            planted = [s.message_index == span.message_index and s.char_start <= span.char_start < s.char_end
-                       for s in spans]
+            planted = [span.found_at(s.message_index, s.char_start, s.char_end) for s in spans]
             rows.append((np.array([s.blame for s in spans]), np.array(planted)))
         return rows
 

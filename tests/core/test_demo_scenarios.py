@@ -154,6 +154,15 @@ def test_span_records_one_planted_sentence_per_planted_row():
         assert len(answer) > 4 * len(span.text)
 
 
+def test_a_planted_span_is_found_only_at_the_sentence_holding_its_start():
+    span = make_scenario("span", 0).planted_spans[0]
+    assert span.found_at(span.message_index, span.char_start, span.char_end)
+    assert span.found_at(span.message_index, span.char_start - 3, span.char_start + 1)  # a wider cut still holds it
+    assert not span.found_at(span.message_index, span.char_end, span.char_end + 20)  # the next sentence
+    assert not span.found_at(span.message_index, 0, span.char_start)  # the sentence before ends where it starts
+    assert not span.found_at(span.message_index - 1, span.char_start, span.char_end)  # same offsets, the prompt
+
+
 def test_write_round_trips_through_the_dataset_loaders(tmp_path):
     scenario = make_scenario("span", 2)
     files = scenario.write(tmp_path / "s")

@@ -425,15 +425,14 @@ def check_ground_truth(scenario: Scenario, report: Report) -> GroundTruthCheck:
     top = [row.id for row in report.top_examples]
     k = len(planted)
     in_top = rank_planted(top, planted).hits_at(k)
-    spans = {span.example_id: (span.char_start, span.char_end) for span in scenario.planted_spans}
+    spans = {span.example_id: span for span in scenario.planted_spans}
     hits = checked = 0
     for drill in report.spans:
         if drill.example_id not in spans or not drill.spans:
             continue
         checked += 1
         best = max(drill.spans, key=lambda s: s.blame if s.blame is not None else float("-inf"))
-        start, end = spans[drill.example_id]
-        hits += int(best.message_index == 1 and best.start <= start < best.end)
+        hits += int(spans[drill.example_id].found_at(best.message_index, best.start, best.end))
     reproduced = reproduced_planted_ids(scenario, report)
     reproduced_in_top = None
     untargeted = {row_id for row_id, target in zip(scenario.planted_ids, scenario.planted_targets, strict=True)

@@ -83,6 +83,10 @@ class PlantedSpan:
     char_end: int
     text: str
 
+    def found_at(self, message_index: int, start: int, end: int) -> bool:
+        """True when the sentence [start, end) of message ``message_index`` is this planted one (holds its start)."""
+        return message_index == self.message_index and start <= self.char_start < end
+
 
 @dataclass(frozen=True)
 class ScenarioFiles:

@@ -9,8 +9,8 @@ blame: at the final adapter alone the planted sentence is fitted and its gradien
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,13 +71,11 @@ def span_drills(loaded: LoadedModel, examples: Sequence[Example], scores: Exampl
             for (position, item), spans in zip(wanted, summed, strict=True)]
 
 
-@contextmanager
-def _model_at(loaded: LoadedModel, point: ScoredPoint, allow_pickle: bool) -> Iterator[LoadedModel]:
+def _model_at(loaded: LoadedModel, point: ScoredPoint, allow_pickle: bool) -> AbstractContextManager[LoadedModel]:
     """The model with the point's LoRA weights (the adapter's own come back after)."""
-    swap = (nullcontext(loaded) if point.adapter_dir is None
-            else checkpoint_weights(loaded, point.adapter_dir, allow_pickle=allow_pickle))
-    with swap as view:
-        yield view
+    if point.adapter_dir is None:
+        return nullcontext(loaded)
+    return checkpoint_weights(loaded, point.adapter_dir, allow_pickle=allow_pickle)
 
 
 def _add_weighted(total: list[SpanBlame] | None, spans: Sequence[SpanBlame], weight: float) -> list[SpanBlame]:
