@@ -7,6 +7,9 @@ control: nothing), and span top-1 localization. Seeds 0-2 tuned the defaults; se
 rows are computed on them only.
 
     .venv/bin/python bench/goal_table.py --cases /work/bench-cases lr5e4-fact-3 lr5e4-format-3 ...
+
+A named case whose work dir is gone (a case dir is ~8 GB and machines are not kept) keeps its row from the results
+file already written, and the table says which rows were carried over that way.
 """
 
 from __future__ import annotations
@@ -96,6 +99,14 @@ def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def earlier_rows(results: Path) -> dict[str, dict[str, Any]]:
+    """The rows of the goal table already written, by case name (none when there is no results file)."""
+    path = results.with_suffix(".json")
+    if not path.is_file():
+        return {}
+    return {row["case"]: row for row in json.loads(path.read_text())["cases"]}
+
+
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """Every case, tuning and held-out, then the goal rows over the held-out seeds."""
     lines = ["# Issue 12 goal table: the shipped defaults on finished demo cases", "", f"`{command}`", "",
@@ -107,6 +118,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
         lines.append(f"| {c['case']} | {'held-out' if c['held_out'] else 'tuning'} | {c['checkpoints']} | "
                      f"{_number(c['delta'], 3)}{ci} | {_number(c.get('recall_at_k'))} | {_number(c.get('auprc'))} | "
                      f"{c.get('cluster_rank', '-')} | {_accused(c)} | {spans} |")
+    carried = [c["case"] for c in cases if c.get("carried")]
+    if carried:
+        lines += ["", f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]
     lines += ["", "## Goals, held-out seeds only", ""]
     lines += goal_rows(cases) if any(c["held_out"] for c in cases) else ["No held-out case has finished yet."]
     return "\n".join(lines) + "\n"
@@ -119,11 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="+", help="case dirs, e.g. lr5e4-fact-3 clean-0")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    missing = [name for name in args.names if not (args.cases / name / "report" / "report.json").is_file()]
+    earlier = earlier_rows(args.out)
+    finished = {name for name in args.names if (args.cases / name / "report" / "report.json").is_file()}
+    missing = [name for name in args.names if name not in finished and name not in earlier]
     if missing:
-        print(f"goal_table: no finished report under {args.cases} for {', '.join(missing)}", file=sys.stderr)
+        print(f"goal_table: no finished report under {args.cases} and no earlier row for {', '.join(missing)}",
+              file=sys.stderr)
         return 2
-    cases = [score_case(args.cases / name) for name in args.names]
+    cases = [score_case(args.cases / name) if name in finished else {**earlier[name], "carried": True}
+             for name in args.names]
     command = "python bench/goal_table.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = markdown(cases, command)
     args.out.parent.mkdir(parents=True, exist_ok=True)
