@@ -3,7 +3,8 @@
 Each case is a ``gradian demo`` work dir named ``[PREFIX-]KIND-SEED`` (e.g. ``lr5e4-fact-3``), attributed with the
 defaults under test (its report's provenance holds the config). Per case: the capability delta, recall@k and AUPRC
 of the whole blame vector (scores.csv), whether the verdict accuses the planted cluster(s) and nothing else (a clean
-control: nothing), and span top-1 localization. Seeds 0-2 tuned the defaults; seeds 3-5 are held out, and the goal
+control: nothing), span top-1 localization, and, where `gradian verify --report <case>/report --out <case>/verify`
+has run, the share of the lost capability that dropping the accused rows and a random set as large gave back. Seeds 0-2 tuned the defaults; seeds 3-5 are held out, and the goal
 rows are computed on them only.
 
     .venv/bin/python bench/goal_table.py --cases /work/bench-cases lr5e4-fact-3 lr5e4-format-3 ...
@@ -45,6 +46,18 @@ def blame_vector(report_dir: Path, rows: int) -> np.ndarray:
     return blame
 
 
+def verify_summary(directory: Path) -> dict[str, Any] | None:
+    """What verify measured on the case, from <case>/verify/verify.json (None where it has not run)."""
+    path = directory / "verify" / "verify.json"
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    rows = {row["role"]: row for row in result["models"]}
+    return {"dropped": result["drop"]["cluster"] or f"{result['drop']['size']} examples",
+            "recovered": rows["dropped"].get("fraction"), "random": rows.get("control", {}).get("fraction"),
+            "confirmed": result["verdict"]["confirmed"]}
+
+
 def score_case(directory: Path) -> dict[str, Any]:
     """One case's row of the table."""
     from gradian.demo.run import check_ground_truth, reproduced_planted_ids
@@ -63,7 +76,7 @@ def score_case(directory: Path) -> dict[str, Any]:
         "delta": capability.delta if capability else None,
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": report.provenance.config.get("attribution", {}).get("checkpoints", 1),  # absent: before the ensemble
-        "span_hits": check.span_hits, "span_checked": check.span_checked,
+        "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it
     if scenario.planted_rows and scored and report.verdict.kind in ("attributed", "no_capability_target"):
@@ -84,18 +97,39 @@ def _accused(row: dict[str, Any]) -> str:
     return f"{accused} ({right})"
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _verify(row: dict[str, Any]) -> str:
+    verify = row.get("verify")
+    if not verify:
+        return "-"
+    verdict = "confirmed" if verify["confirmed"] else "not confirmed"
+    return f"{_share(verify['recovered'])} vs {_share(verify['random'])} random ({verdict})"
+
+
+def _verify_met(verify: dict[str, Any]) -> bool:
+    """The issue's verify goal: dropping the accused gives back >= 80% of the lost capability, a random drop < 20%."""
+    recovered, random = verify["recovered"], verify["random"]
+    return recovered is not None and recovered >= 0.8 and random is not None and random < 0.2
+
+
 def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
-    """Per kind, over the held-out seeds only: mean and worst recall@k, verdicts right, span top-1."""
+    """Per kind, over the held-out seeds only: mean and worst recall@k, verdicts right, span top-1, verify."""
     lines = ["| kind (held-out seeds) | cases | mean recall@k (goal >= 0.9) | worst (goal >= 0.75) | verdict right "
-             "| span top-1 (goal >= 90%) |", "|---|---|---|---|---|---|"]
+             "| span top-1 (goal >= 90%) | verify met (>= 80% accused, < 20% random) |", "|---|---|---|---|---|---|---|"]
     for kind in sorted({c["kind"] for c in cases if c["held_out"]}):
         rows = [c for c in cases if c["held_out"] and c["kind"] == kind]
         recalls = [c["recall_at_k"] for c in rows if "recall_at_k" in c]
         right = [c["verdict_right"] for c in rows if c["verdict_right"] is not None]
         hits, checked = sum(c["span_hits"] for c in rows), sum(c["span_checked"] for c in rows)
+        verified = [c["verify"] for c in rows if c.get("verify")]
+        met = sum(_verify_met(v) for v in verified)
         lines.append(f"| {kind} | {len(rows)} | {_number(np.mean(recalls)) if recalls else '-'} | "
                      f"{_number(min(recalls)) if recalls else '-'} | {sum(right)}/{len(right)} | "
-                     f"{f'{hits}/{checked} ({hits / checked:.0%})' if checked else '-'} |")
+                     f"{f'{hits}/{checked} ({hits / checked:.0%})' if checked else '-'} | "
+                     f"{f'{met}/{len(verified)}' if verified else '-'} |")
     return lines
 
 
@@ -111,13 +145,13 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """Every case, tuning and held-out, then the goal rows over the held-out seeds."""
     lines = ["# Issue 12 goal table: the shipped defaults on finished demo cases", "", f"`{command}`", "",
              "| case | split | checkpoints | delta [95% CI] | recall@k | AUPRC | planted clusters' worst rank | accused "
-             "(verdict) | span top-1 |", "|---|---|---|---|---|---|---|---|---|"]
+             "(verdict) | span top-1 | verify: recovered, accused vs random |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cases:
         ci = f" [{_number(c['ci'][0])}, {_number(c['ci'][1])}]" if c["ci"] else ""
         spans = f"{c['span_hits']}/{c['span_checked']}" if c["span_checked"] else "-"
         lines.append(f"| {c['case']} | {'held-out' if c['held_out'] else 'tuning'} | {c['checkpoints']} | "
                      f"{_number(c['delta'], 3)}{ci} | {_number(c.get('recall_at_k'))} | {_number(c.get('auprc'))} | "
-                     f"{c.get('cluster_rank', '-')} | {_accused(c)} | {spans} |")
+                     f"{c.get('cluster_rank', '-')} | {_accused(c)} | {spans} | {_verify(c)} |")
     carried = [c["case"] for c in cases if c.get("carried")]
     if carried:
         lines += ["", f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]
