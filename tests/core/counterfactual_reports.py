@@ -41,8 +41,8 @@ def write_eval(path: Path, n: int = 6) -> Path:
 
 
 def write_report_dir(out: Path, dataset: Path, eval_dataset: Path, *, base_model: str = "tiny-base",
-                     adapter: str | None = None, regressed: bool = True) -> Path:
-    """A report on ``dataset`` accusing the planted cluster (``regressed``), or refusing (no significant delta)."""
+                     adapter: str | None = None, regressed: bool = True, also_blamed: str | None = None) -> Path:
+    """A report on ``dataset`` accusing the planted cluster (and ``also_blamed``), or refusing (no significant delta)."""
     from gradian.attribution.clusters import cluster_blame, clusters_from_field
     from gradian.attribution.preconditioners import Preconditioner
     from gradian.attribution.scoring import ArraySource, score_examples
@@ -69,7 +69,7 @@ def write_report_dir(out: Path, dataset: Path, eval_dataset: Path, *, base_model
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(len(examples), DIM))
     direction = np.eye(DIM)[0]
-    planted = [i for i, example in enumerate(examples) if example.fields["source"] == PLANTED]
+    planted = [i for i, example in enumerate(examples) if example.fields["source"] in (PLANTED, also_blamed)]
     rows[planted] += 6.0 * direction
     scores = score_examples(ArraySource(rows, examples.ids), -direction[None, :], top_k=10)
     clusters = cluster_blame(np.asarray(scores.blame), clusters_from_field(examples, "source"), permutations=200)

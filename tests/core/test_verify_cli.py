@@ -42,6 +42,17 @@ def test_the_accused_cluster_is_dropped_with_its_members_from_the_field(report_d
     assert "accused cluster `planted`" in drop.origin and "dataset field `source`" in drop.origin
 
 
+def test_every_accused_cluster_is_dropped_when_the_report_accuses_several(files, tmp_path):
+    examples = load_dataset(files[0])
+    report = report_inputs(write_report_dir(tmp_path / "two", *files, also_blamed="greetings"))
+    assert set(report.report.accused_names) == {"planted", "greetings"}
+    drop = cluster_drop_set(report, examples)
+    greetings = [p for p in range(N_CLEAN) if examples[p].fields["source"] == "greetings"]
+    assert drop.positions == tuple(sorted(greetings + list(range(N_CLEAN, N_CLEAN + N_PLANTED))))
+    assert drop.clusters == report.report.accused_names and drop.cluster == ", ".join(drop.clusters)
+    assert "accused clusters " + ", ".join(f"`{name}`" for name in drop.clusters) in drop.origin
+
+
 def test_a_named_cluster_can_be_dropped_instead(report_dir, files):
     examples = load_dataset(files[0])
     drop = cluster_drop_set(report_inputs(report_dir), examples, cluster="greetings")

@@ -21,9 +21,9 @@ from gradian.cli.options import (
     TrustRemoteCodeFlag,
 )
 
-ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Attribution report dir (the --out of gradian attribute); its accused cluster is dropped and its inputs are the defaults.")]
-DropOption = Annotated[Optional[Path], typer.Option("--drop", help="Text file of example ids to drop, one per line (instead of the report's accused cluster).")]
-ClusterOption = Annotated[Optional[str], typer.Option("--cluster", help="Drop this cluster of the --report instead of the accused one.")]
+ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Attribution report dir (the --out of gradian attribute); every cluster it accuses is dropped and its inputs are the defaults.")]
+DropOption = Annotated[Optional[Path], typer.Option("--drop", help="Text file of example ids to drop, one per line (instead of the report's accused clusters).")]
+ClusterOption = Annotated[Optional[str], typer.Option("--cluster", help="Drop this cluster of the --report instead of the accused ones.")]
 ControlsOption = Annotated[int, typer.Option("--controls", help="Random drop sets of the same size to compare with (seeded by attribution.seed).")]
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Directory for verify.md, verify.json and the retrained models.")]
 RetrainFullFlag = Annotated[bool, typer.Option("--retrain-full", help="Retrain the full dataset with the same backend and config instead of using the original adapter, so only the dropped examples differ.")]

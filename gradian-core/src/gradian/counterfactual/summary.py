@@ -79,7 +79,8 @@ def verify_result(plan: VerifyPlan, trained: Mapping[str, TrainedModel], evaluat
             "device": plan.placement.device, "dtype": plan.placement.dtype,
             "config_sources": list(plan.config_sources),
         },
-        "drop": {"origin": plan.drop.origin, "cluster": plan.drop.cluster, "membership": plan.drop.membership,
+        "drop": {"origin": plan.drop.origin, "cluster": plan.drop.cluster, "clusters": list(plan.drop.clusters),
+                 "membership": plan.drop.membership,
                  "size": len(plan.drop), "ids": list(plan.drop.ids)},
         "controls": {"count": len(plan.controls), "seed": plan.control_seed,
                      "how": "random examples outside the drop set, as many as it holds, drawn without replacement "
@@ -128,7 +129,9 @@ def _verify_verdict(result: Mapping[str, Any]) -> tuple[str, str]:
     ev, drop = result["evaluation"], result["drop"]
     dropped = next(row for row in result["models"] if row["role"] == "dropped")
     controls = [row for row in result["models"] if row["role"] == "control"]
-    what = f"`{drop['cluster']}` ({drop['size']} examples)" if drop["cluster"] else f"{drop['size']} listed examples"
+    named = drop.get("clusters") or ([drop["cluster"]] if drop["cluster"] else [])  # older files: "cluster" only
+    what = (", ".join(f"`{name}`" for name in named) + f" ({drop['size']} examples)" if named
+            else f"{drop['size']} listed examples")
     level = f"{ev['confidence']:.0%}"
     if ev["lost"] <= 0:
         headline = (f"Nothing to recover: the full model scores {ev['full_mean']:.4g} and the base {ev['base_mean']:.4g} "

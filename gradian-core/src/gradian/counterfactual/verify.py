@@ -1,4 +1,4 @@
-"""`gradian verify`: drop the accused cluster, retrain, re-evaluate, and compare with random drops of the same size.
+"""`gradian verify`: drop the accused clusters, retrain, re-evaluate, and compare with random drops of the same size.
 
 The "full" model the recovery is measured from is the report's own adapter by default (what the user actually
 shipped). With ``retrain_full`` it is retrained on the whole dataset with the same backend, config and seed as the

@@ -1,4 +1,4 @@
-"""What `gradian verify` and `gradian export` drop: the accused (or a named) cluster of an attribution report, or ids from a file.
+"""What `gradian verify` and `gradian export` drop: the accused (or a named) clusters of an attribution report, or ids from a file.
 
 The report's provenance also names the inputs it was made from (base model, adapter, dataset, eval set, run
 dir, index), which become verify's defaults. Cluster membership is recomputed the way the report decided it:
@@ -67,12 +67,17 @@ class DropSet:
 
     ids: tuple[str, ...]
     origin: str  # one phrase for verify.md: "accused cluster `x` of report DIR (dataset field `source`)"
-    cluster: str | None = None
+    clusters: tuple[str, ...] = ()  # the clusters dropped whole (none for a file of ids)
     membership: str | None = None  # how cluster membership was decided
     positions: tuple[int, ...] = field(default=(), compare=False)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def cluster(self) -> str | None:
+        """The dropped clusters' names as one label ("a, b"), or None for a file of ids."""
+        return ", ".join(self.clusters) or None
 
 
 def report_inputs(directory: Path | str) -> ReportInputs:
@@ -101,10 +106,10 @@ def command_flags(command: str) -> dict[str, str]:
 
 def cluster_drop_set(report: ReportInputs, examples: Sequence[Example], *, cluster: str | None = None,
                      chunk_bytes: int | None = None) -> DropSet:
-    """The members of the report's accused cluster (or of ``cluster``), recomputed on ``examples``."""
+    """The members of every cluster the report accuses (or of ``cluster``), recomputed on ``examples``."""
     ranked = report.report.clusters
-    name = cluster or report.accused
-    if name is None:
+    names = (cluster,) if cluster is not None else report.report.accused_names
+    if not names:
         verdict = report.report.verdict
         strongest = ", ".join(f"{row.name} ({row.size})" for row in ranked[:3])
         raise VerifyInputError(
@@ -112,9 +117,10 @@ def cluster_drop_set(report: ReportInputs, examples: Sequence[Example], *, clust
             "pass --cluster NAME to drop one of its clusters" + (f" (strongest: {strongest})" if strongest else "")
             + ", or --drop ids.txt with the example ids to drop")
     sizes = {row.name: row.size for row in ranked}
-    if name not in sizes:
+    unknown = [name for name in names if name not in sizes]
+    if unknown:
         known = ", ".join(list(sizes)[:8]) or "none"
-        raise VerifyInputError(f"the report in {report.directory} has no cluster named {name!r}",
+        raise VerifyInputError(f"the report in {report.directory} has no cluster named {unknown[0]!r}",
                                f"its clusters are: {known}")
     method = report.report.cluster_method or ClusterMethod("auto")
     if method.method == "field":
@@ -123,16 +129,19 @@ def cluster_drop_set(report: ReportInputs, examples: Sequence[Example], *, clust
     else:
         assignment = _auto_assignment(report, examples, method, chunk_bytes)
         membership = "automatic clusters recomputed on the report's gradient index"
-    if name not in assignment.names or int(assignment.sizes[assignment.names.index(name)]) != sizes[name]:
+    for name in names:
         found = int(assignment.sizes[assignment.names.index(name)]) if name in assignment.names else 0
-        raise VerifyInputError(
-            f"cluster {name!r} has {found} members in this dataset but {sizes[name]} in the report",
-            "pass the --dataset the report was made from, or --drop ids.txt with the ids to drop")
-    positions = tuple(int(p) for p in assignment.members(name))
-    role = "accused cluster" if cluster is None or cluster == report.accused else "cluster"
+        if found != sizes[name]:
+            raise VerifyInputError(
+                f"cluster {name!r} has {found} members in this dataset but {sizes[name]} in the report",
+                "pass the --dataset the report was made from, or --drop ids.txt with the ids to drop")
+    positions = tuple(sorted(int(p) for name in names for p in assignment.members(name)))
+    role = "cluster" if cluster is not None and cluster not in report.report.accused_names else "accused cluster"
+    listed = ", ".join(f"`{name}`" for name in names)
     return DropSet(ids=tuple(examples[p].id for p in positions),
-                   origin=f"{role} `{name}` of the report in {report.directory} ({membership})",
-                   cluster=name, membership=membership, positions=positions)
+                   origin=f"{role}{'s' if len(names) > 1 else ''} {listed} of the report in {report.directory} "
+                          f"({membership})",
+                   clusters=tuple(names), membership=membership, positions=positions)
 
 
 def file_drop_set(path: Path | str, examples: Sequence[Example], dataset_label: str = "the dataset") -> DropSet:
