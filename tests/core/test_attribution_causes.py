@@ -126,10 +126,12 @@ def test_max_causes_below_one_is_a_config_error():
         load_config(None, ["attribution.max_causes=0"])
 
 
-def test_the_report_names_each_cause_and_leads_with_the_first():
+def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     from gradian.attribution import diagonal_preconditioner
-    from gradian.report import attribution_report, render_markdown
+    from gradian.report import attribution_report, render_markdown, write_report
     from gradian.report.html import render_html
+    from gradian.report.reader import read_report
+    from gradian.report.scores import accused_names
     from tests.core.test_report_files import STAMP, _capability, _provenance
 
     train, queries, item_ids, rows, _, _ = _two_causes()
@@ -143,6 +145,14 @@ def test_the_report_names_each_cause_and_leads_with_the_first():
     assert [c["accused_cluster"] for c in causes] == [c.accused.name for c in split.causes]
     assert causes[0]["items"] == list(lead.item_ids) and report["verdict"]["accused_cluster"] == lead.accused.name
     assert "split into 2 causes" in report["verdict"]["summary"]
+    # The verdict accuses every cause's cluster, not only the one the sections below attribute: verify and export
+    # drop what the verdict accuses, and a fix for one cause leaves the other regression in place.
+    each = [cause.accused.name for cause in split.causes]
+    assert len(set(each)) == 2 and report["verdict"]["accused_clusters"] == each
+    assert all(f"`{name}`" in report["verdict"]["headline"] for name in each)
+    assert accused_names(report) == tuple(each)
+    write_report(report, tmp_path, scores=lead.scores, clusters=lead.clusters, draw_plots=False)
+    assert read_report(tmp_path).accused_names == tuple(each)
     markdown = render_markdown(report)
     assert "## Causes" in markdown and markdown.index("## Clusters") < markdown.index("## Causes")
     assert '<section id="causes">' in render_html(report)

@@ -105,11 +105,11 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
         notes.insert(0, ReportWarning("evaluation.not_significant", NOT_SIGNIFICANT_WARNING))
     capability_dict = capability_summary(capability)
     top = _top_examples(scores, texts, clusters, top_k)
-    accused = clusters.accused_all if clusters is not None else ()
+    accused = _accused(clusters, causes)
     headline = (f"Attributed: cluster {_named(accused)} {'is' if len(accused) == 1 else 'are'} blamed." if accused
                 else "Attributed: no cluster stands out; read the top examples.")
     summary = f"{_attributed_summary(capability_dict, top, clusters)} {_causes_sentence(causes)}".strip()
-    verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, clusters)}
+    verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused)}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
                      method=method_summary(scores, preconditioner, clusters, checkpoints), top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
@@ -131,7 +131,7 @@ def no_capability_target_report(*, scores: ExampleScores, preconditioner: Precon
     summary = f"{NO_CAPABILITY_TARGET_TEXT} Against that stand-in target the most blamed examples are {leading}."
     verdict = {"kind": "no_capability_target",
                "headline": f"Not a diagnosis: no eval set ({NO_CAPABILITY_TARGET_CODE}).",
-               "summary": summary, **_accusation(top, clusters)}
+               "summary": summary, **_accusation(top, _accused(clusters))}
     notes = [ReportWarning(NO_CAPABILITY_TARGET_CODE, NO_CAPABILITY_TARGET_TEXT), *warnings]
     return _assemble(verdict=verdict, capability=None, query_signal=signal,
                      method=method_summary(scores, preconditioner, clusters, checkpoints), top_examples=top,
@@ -265,8 +265,18 @@ def _top_examples(scores: ExampleScores, texts: Mapping[str, str], clusters: Clu
     return rows
 
 
-def _accusation(top: list[dict], clusters: ClusterResult | None) -> dict[str, Any]:
-    accused = clusters.accused_all if clusters is not None else ()
+def _accused(clusters: ClusterResult | None, causes: CauseSplit | None = None) -> tuple[ClusterScore, ...]:
+    """Every cluster the report accuses: each cause's, in cause order, when the regression split into causes."""
+    if causes is not None and len(causes.causes) > 1:
+        named: dict[str, ClusterScore] = {}
+        for cause in causes.causes:
+            for score in cause.clusters.accused_all:
+                named.setdefault(score.name, score)
+        return tuple(named.values())
+    return clusters.accused_all if clusters is not None else ()
+
+
+def _accusation(top: list[dict], accused: Sequence[ClusterScore]) -> dict[str, Any]:
     return {"accused_cluster": accused[0].name if accused else None,
             "accused_clusters": [score.name for score in accused], "top_examples": [row["id"] for row in top[:3]]}
 

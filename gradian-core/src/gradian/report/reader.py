@@ -165,11 +165,9 @@ class Report:
 
     @property
     def accused_names(self) -> tuple[str, ...]:
-        """Every cluster the report accuses: the ranked ones flagged accused, else the verdict's one."""
-        names = tuple(row.name for row in self.clusters if row.accused)
-        if names:
-            return names
-        return (self.verdict.accused_cluster,) if self.verdict.accused_cluster else ()
+        """Every cluster the report accuses: the verdict's (every cause's), then any other ranked one flagged accused."""
+        flagged = (row.name for row in self.clusters if row.accused)
+        return tuple(dict.fromkeys((*self.verdict.accused_clusters, *flagged)))
 
     def cluster(self, name: str) -> ClusterRow | None:
         """The ranked cluster called ``name``, or None."""

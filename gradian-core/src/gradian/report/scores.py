@@ -162,13 +162,11 @@ def read_scores(report_dir: Path | str) -> RecordedScores:
 
 
 def accused_names(report: Mapping[str, Any]) -> tuple[str, ...]:
-    """The clusters the report accuses: every ranked cluster flagged accused, else the verdict's one."""
+    """The clusters the report accuses: the verdict's (every cause's), then any other ranked one flagged accused."""
+    verdict = report.get("verdict") or {}
+    listed = verdict.get("accused_clusters") or ([verdict["accused_cluster"]] if verdict.get("accused_cluster") else [])
     ranked = (report.get("clusters") or {}).get("ranked") or []
-    names = tuple(row["name"] for row in ranked if row.get("accused"))
-    if names:
-        return names
-    single = (report.get("verdict") or {}).get("accused_cluster")
-    return (single,) if single else ()
+    return tuple(dict.fromkeys([*listed, *(row["name"] for row in ranked if row.get("accused"))]))
 
 
 def _float(value: float) -> str:
