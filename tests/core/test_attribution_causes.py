@@ -128,6 +128,7 @@ def test_max_causes_below_one_is_a_config_error():
 
 def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     from gradian.attribution import diagonal_preconditioner
+    from gradian.cli.attribute_cmd import verdict_text
     from gradian.report import attribution_report, render_markdown, write_report
     from gradian.report.html import render_html
     from gradian.report.reader import read_report
@@ -153,6 +154,8 @@ def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     assert accused_names(report) == tuple(each)
     write_report(report, tmp_path, scores=lead.scores, clusters=lead.clusters, draw_plots=False)
     assert read_report(tmp_path).accused_names == tuple(each)
+    printed = verdict_text(read_report(tmp_path))
+    assert all(f"accused cluster: {name} (" in printed for name in each)
     markdown = render_markdown(report)
     assert "## Causes" in markdown and markdown.index("## Clusters") < markdown.index("## Causes")
     assert '<section id="causes">' in render_html(report)

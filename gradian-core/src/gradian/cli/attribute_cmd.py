@@ -129,6 +129,10 @@ def verdict_text(report: Report) -> str:
         label = "accused cluster" if row.accused else "top cluster (not accused)"
         lines.append(f"{label}: {row.name} (rank {row.rank} of {len(clusters)}, {row.size} examples, "
                      f"p = {row.p_value:.3g}, family-wise p = {row.p_adjusted:.3g})")
+    shown = {row.name for row in accused}
+    # A cluster accused by another cause of the regression: the ranked table is cause 1's, so its numbers are not here.
+    lines += [f"accused cluster: {name} (by another cause among the regressed items; see Causes in the report)"
+              for name in report.accused_names if name not in shown]
     for row in report.top_examples[:5]:
         lines.append(f"  #{row.rank} {row.id} blame {row.blame:+.3g} [{row.cluster or '-'}] {row.excerpt[:80]!r}")
     return "\n".join(lines)
