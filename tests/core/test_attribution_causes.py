@@ -3,6 +3,8 @@ cause is never split; the per-group blame is the same as scoring those items alo
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 
@@ -152,8 +154,14 @@ def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     assert len(set(each)) == 2 and report["verdict"]["accused_clusters"] == each
     assert all(f"`{name}`" in report["verdict"]["headline"] for name in each)
     assert accused_names(report) == tuple(each)
-    write_report(report, tmp_path, scores=lead.scores, clusters=lead.clusters, draw_plots=False)
+    write_report(report, tmp_path, scores=lead.scores, clusters=lead.clusters, draw_plots=False,
+                 cause_blame=[cause.scores.blame for cause in split.causes])
     assert read_report(tmp_path).accused_names == tuple(each)
+    with (tmp_path / "scores.csv").open(newline="") as handle:  # every cause's ranking is saved, not only cause 1's
+        rows = sorted(csv.DictReader(handle), key=lambda row: int(row["position"]))
+    for number, cause in enumerate(split.causes, start=1):
+        np.testing.assert_array_equal([float(row[f"blame:cause-{number}"]) for row in rows], cause.scores.blame)
+    assert [row["blame"] for row in rows] == [row["blame:cause-1"] for row in rows]
     printed = verdict_text(read_report(tmp_path))
     assert all(f"accused cluster: {name} (" in printed for name in each)
     markdown = render_markdown(report)

@@ -188,9 +188,14 @@ def test_the_classic_signal_loses_the_substitution(substitution, contrastive, tm
     reference = planted_ranking(contrastive.report, substitution)
     measured = {}
     for preconditioner in ("diagonal", "none"):
-        report = run(substitution, tmp_path / preconditioner, "evaluation.query_signal=classic",
-                     f"attribution.preconditioner={preconditioner}").report
+        outcome = run(substitution, tmp_path / preconditioner, "evaluation.query_signal=classic",
+                      f"attribution.preconditioner={preconditioner}")
+        report = outcome.report
         assert_significant_regression(report)
+        causes = len(report.get("causes") or [])  # split into causes here without a preconditioner: each one's blame saved
+        header = (outcome.out_dir / "scores.csv").read_text(encoding="utf-8").split("\n", 1)[0].split(",")
+        assert [name for name in header if name.startswith("blame:cause-")] == (
+            [f"blame:cause-{number}" for number in range(1, causes + 1)] if causes > 1 else [])
         assert report["query_signal"]["effective"] == "classic"
         measured[preconditioner] = planted_ranking(report, substitution)
         print(f"classic, preconditioner {preconditioner}: {measured[preconditioner]}")

@@ -2,7 +2,8 @@
 
 One row per training example, most blamed first: ``position`` (row in the dataset, 0-based), ``id``, ``rank``
 (1 = most blamed), ``blame`` (aggregated), ``cluster`` (its cluster's name, empty without clusters),
-``accused`` (whether that cluster is accused), then one ``item:<eval item id>`` column per query item holding
+``accused`` (whether that cluster is accused); where the regression split into causes, one ``blame:cause-<n>``
+column per cause (its blame; ``blame`` is cause 1's, which the report leads with); then one ``item:<eval item id>`` column per query item holding
 that item's raw blame -(P q) . g before any per-item standardization (the same numbers as report.json's
 ``item_blame``). Wide, one column per item, because that is what ``pandas.read_csv`` users index by; a report
 without per-item numbers has no item columns.
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 SCORES_CSV = "scores.csv"
 SCORES_PARQUET = "scores.parquet"
 ITEM_PREFIX = "item:"
+CAUSE_PREFIX = "blame:cause-"
 FIXED_COLUMNS = ("position", "id", "rank", "blame", "cluster", "accused")
 PARQUET_MISSING_NOTE = "scores.parquet skipped: pyarrow is not installed (pip install 'gradian-core[parquet]')."
 
@@ -44,11 +46,13 @@ class ScoreTable:
     accused: np.ndarray
     items: tuple[str, ...]
     item_blame: np.ndarray | None  # [rows, items] in row order, or None without per-item numbers
+    cause_blame: tuple[np.ndarray, ...] = ()  # each cause's blame in row order (none: one cause)
 
     @property
     def columns(self) -> tuple[str, ...]:
         """Every column name, in file order."""
-        return FIXED_COLUMNS + tuple(ITEM_PREFIX + item for item in self.items)
+        causes = tuple(f"{CAUSE_PREFIX}{number}" for number in range(1, len(self.cause_blame) + 1))
+        return FIXED_COLUMNS + causes + tuple(ITEM_PREFIX + item for item in self.items)
 
 
 def parquet_available() -> bool:
@@ -58,11 +62,11 @@ def parquet_available() -> bool:
 
 def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | None = None,
                 accused: Sequence[str] = (), item_blame: np.ndarray | None = None,
-                item_ids: Sequence[str] | None = None) -> ScoreTable:
+                item_ids: Sequence[str] | None = None, cause_blame: Sequence[np.ndarray] = ()) -> ScoreTable:
     """The table of an ExampleScores, ``cluster_names`` per position and the ``[examples, items]`` per-item blame.
 
     ``item_ids`` names the per-item columns when they are not the scores' own items (every regressed item, when the
-    blame is one cause's).
+    blame is one cause's); ``cause_blame`` is each cause's blame by position, when there are several.
     """
     order = np.asarray(scores.order(), dtype=np.int64)
     names = tuple(cluster_names) if cluster_names is not None else (None,) * len(scores)
@@ -78,7 +82,8 @@ def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | 
         position=order, ids=tuple(scores.ids[p] for p in order),
         rank=np.asarray(scores.ranks, dtype=np.int64)[order], blame=np.asarray(scores.blame, dtype=np.float64)[order],
         cluster=tuple(names[p] for p in order), accused=np.array([names[p] in blocked for p in order], dtype=bool),
-        items=columns if per_item is not None else (), item_blame=per_item)
+        items=columns if per_item is not None else (), item_blame=per_item,
+        cause_blame=tuple(np.asarray(blame, dtype=np.float64)[order] for blame in cause_blame))
 
 
 def csv_rows(table: ScoreTable) -> Iterator[list[str]]:
@@ -87,6 +92,7 @@ def csv_rows(table: ScoreTable) -> Iterator[list[str]]:
     for row in range(len(table.ids)):
         cells = [str(int(table.position[row])), table.ids[row], str(int(table.rank[row])), _float(table.blame[row]),
                  table.cluster[row] or "", "true" if table.accused[row] else "false"]
+        cells += [_float(blame[row]) for blame in table.cause_blame]
         if table.item_blame is not None:
             cells += [_float(value) for value in table.item_blame[row]]
         yield cells
@@ -111,6 +117,8 @@ def write_parquet(table: ScoreTable, path: Path) -> None:
         "rank": pa.array(table.rank, type=pa.int64()), "blame": pa.array(table.blame, type=pa.float64()),
         "cluster": pa.array(table.cluster, type=pa.string()), "accused": pa.array(table.accused, type=pa.bool_()),
     }
+    for number, blame in enumerate(table.cause_blame, start=1):
+        columns[f"{CAUSE_PREFIX}{number}"] = pa.array(blame, type=pa.float64())
     for column, item in enumerate(table.items):
         columns[ITEM_PREFIX + item] = pa.array(table.item_blame[:, column], type=pa.float64())
     pq.write_table(pa.table(columns), str(path), compression="zstd")
