@@ -112,9 +112,12 @@ def cause_scores(report_dir: Path, scenario: Any) -> dict[str, dict[str, Any]] |
     out: dict[str, dict[str, Any]] = {}
     for cluster in scenario.planted_clusters:
         number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
-        columns = [item_ids.index(item) for item in causes[number - 1]["items"]]
-        blame = rescore_items(matrix, ids, item_ids, columns, aggregation=settings["aggregation"],
-                              normalize=settings["normalize"]).blame
+        if f"blame:cause-{number}" in rows[0]:  # saved by the report since it keeps every cause's blame
+            blame = [float(r[f"blame:cause-{number}"]) for r in rows]
+        else:  # an earlier report: the same scoring over the cause's item columns
+            columns = [item_ids.index(item) for item in causes[number - 1]["items"]]
+            blame = rescore_items(matrix, ids, item_ids, columns, aggregation=settings["aggregation"],
+                                  normalize=settings["normalize"]).blame
         planted = scenario.cluster_rows(cluster)
         truth = GroundTruth(planted_rows=planted, sources=tuple(str(e.fields[scenario.cluster_field])
                                                                   for e in scenario.train))
