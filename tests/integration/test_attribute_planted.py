@@ -12,8 +12,8 @@ Measured on this fixture (seed 0; 144 training rows, 14 planted; 18 eval items, 
 | substitution | divergent-token, auto | kronecker | 1 (10.6) | planted | 0.93 | rank 1 |
 | substitution | divergent-token, auto | diagonal (before) | 1 (9.25) | planted | 0.79 | rank 1 |
 | substitution | margin | kronecker | 1 (6.29) | planted | 0.64 | rank 1 |
-| substitution | classic | diagonal | 1 (2.07) | none (family-wise p 0.11) | 0.29 | rank 2 |
-| substitution | classic | none | 2 (0.48; items split into causes, cause 1 leads) | rewriting | 0.21 | rank 9 |
+| substitution | classic | diagonal | 1 (2.18) | none (family-wise p 0.11) | 0.36 | rank 3 |
+| substitution | classic | none | 2 (1.21) | none (family-wise p 0.56) | 0.43 | rank 6 |
 | span | contrastive | kronecker | 1 (11.5) | planted | 1.00 | rank 1 |
 
 Span drill-down puts the planted wrong sentence on top for 14 of the 14 failing items.
@@ -169,11 +169,11 @@ def test_the_classic_signal_loses_the_substitution(substitution, contrastive, tm
 
     The mechanism holds on this fixture: the wanted answer's gradient is about 16x (5-32x) larger than the gradient
     of what the fine-tuned model says, and nearly orthogonal (cosine ~0.01) to the base model's own correct
-    sentence, the direction that separates right from wrong. The outcome is a lost signal and, without a
-    preconditioner, a wrong one: the planted cluster's z stays positive under the diagonal preconditioner
-    (2.1 against 9.6) and nothing is accused; without one the planted cluster falls to second (z 0.5) and another
-    cluster is accused; recall@k falls from 0.79 to 0.3 or less. The assertions hold that the planted cluster is
-    never accused and its signal is lost, not a sign flip this fixture does not produce.
+    sentence, the direction that separates right from wrong. The outcome is a lost signal: the planted cluster's z
+    stays positive under the diagonal preconditioner (2.2 against 10.6 for the contrastive query) and nothing is
+    accused; without one the planted cluster falls to second (z 1.2) and nothing is accused either; recall@k falls
+    from 0.93 to 0.43 or less. The assertions hold that the planted cluster is never accused and its signal is
+    lost, not a sign flip this fixture does not produce.
     """
     wanted = answer_gradients(substitution, contrastive.report, "wanted")
     generated = answer_gradients(substitution, contrastive.report, "finetuned_output")
