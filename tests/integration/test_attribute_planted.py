@@ -6,7 +6,7 @@ Measured on this fixture (seed 0; 144 training rows, 14 planted; 18 eval items, 
 
 | scenario | query signal | preconditioner | planted cluster rank (z) | accused | recall@14 | first planted row |
 |---|---|---|---|---|---|---|
-| substitution | contrastive | kronecker | 1 (10.9) | planted | 1.00 | rank 1 |
+| substitution | contrastive | kronecker | 1 (10.6) | planted | 0.93 | rank 1 |
 | substitution | contrastive | diagonal (before) | 1 (9.63) | planted | 0.79 | rank 1 |
 | substitution | divergence | kronecker | 1 (10.6) | planted | 0.93 | rank 1 |
 | substitution | divergent-token, auto | kronecker | 1 (10.6) | planted | 0.93 | rank 1 |
