@@ -3,10 +3,10 @@
 One row per training example, most blamed first: ``position`` (row in the dataset, 0-based), ``id``, ``rank``
 (1 = most blamed), ``blame`` (aggregated), ``cluster`` (its cluster's name, empty without clusters),
 ``accused`` (whether that cluster is accused); where the regression split into causes, one ``blame:cause-<n>``
-column per cause (its blame; ``blame`` is cause 1's, which the report leads with); then one ``item:<eval item id>`` column per query item holding
-that item's raw blame -(P q) . g before any per-item standardization (the same numbers as report.json's
-``item_blame``). Wide, one column per item, because that is what ``pandas.read_csv`` users index by; a report
-without per-item numbers has no item columns.
+column per cause (its blame; ``blame`` is cause 1's, which the report leads with); then one
+``item:<eval item id>`` column per query item holding that item's raw blame -(P q) . g before any per-item
+standardization (the same numbers as report.json's ``item_blame``). Wide, one column per item, because that is
+what ``pandas.read_csv`` users index by; a report without per-item numbers has no item columns.
 """
 
 from __future__ import annotations
