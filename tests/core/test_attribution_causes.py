@@ -167,3 +167,5 @@ def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     markdown = render_markdown(report)
     assert "## Causes" in markdown and markdown.index("## Clusters") < markdown.index("## Causes")
     assert '<section id="causes">' in render_html(report)
+    assert "check the blamed clusters by dropping them" in markdown
+    assert "check the blamed clusters by dropping them" in render_html(report)

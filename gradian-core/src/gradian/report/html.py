@@ -62,8 +62,10 @@ def _verdict(verdict: Mapping[str, Any]) -> str:
     kind = "" if verdict.get("accused_cluster") else " neutral"
     body = [f"<p class=\"headline\">{_with_code(verdict.get('headline') or '')}</p>", _p(verdict["summary"])]
     if verdict.get("accused_cluster"):
-        body.append(_p("Next: check the blamed cluster by dropping it and retraining against a random-drop control "
-                       "(gradian verify), or export the dataset without it (gradian export --drop accused)."))
+        one = len(verdict.get("accused_clusters") or ()) <= 1
+        body.append(_p(f"Next: check the blamed {'cluster by dropping it' if one else 'clusters by dropping them'} "
+                       "and retraining against a random-drop control (gradian verify), or export the dataset "
+                       f"without {'it' if one else 'them'} (gradian export --drop accused)."))
     return f"<section id=\"verdict\" class=\"verdict{kind}\">\n<h2>Verdict</h2>\n" + "\n".join(body) + "\n</section>"
 
 

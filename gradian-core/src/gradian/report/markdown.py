@@ -46,8 +46,10 @@ def _verdict(verdict: Mapping[str, Any]) -> str:
         lines += [f"**{verdict['headline']}**", ""]
     lines.append(verdict["summary"])
     if verdict.get("accused_cluster"):
-        lines += ["", "Next: check the blamed cluster by dropping it and retraining against a random-drop control "
-                      "(`gradian verify`), or read its examples below."]
+        one = len(verdict.get("accused_clusters") or ()) <= 1
+        lines += ["", f"Next: check the blamed {'cluster by dropping it' if one else 'clusters by dropping them'} "
+                      "and retraining against a random-drop control (`gradian verify`), or read "
+                      f"{'its' if one else 'their'} examples below."]
     return "\n".join(lines)
 
 
