@@ -4,8 +4,8 @@ Each case is a ``gradian demo`` work dir named ``[PREFIX-]KIND-SEED`` (e.g. ``lr
 defaults under test (its report's provenance holds the config). Per case: the capability delta, recall@k and AUPRC
 of the whole blame vector (scores.csv), whether the verdict accuses the planted cluster(s) and nothing else (a clean
 control: nothing), span top-1 localization, and, where `gradian verify --report <case>/report --out <case>/verify`
-has run, the share of the lost capability that dropping the accused rows and a random set as large gave back. Seeds 0-2 tuned the defaults; seeds 3-5 are held out, and the goal
-rows are computed on them only.
+has run, the share of the lost capability that dropping the accused rows and a random set as large gave back.
+Seeds 0-2 tuned the defaults; seeds 3-5 are held out, and the goal rows are computed on them only.
 
     .venv/bin/python bench/goal_table.py --cases /work/bench-cases lr5e4-fact-3 lr5e4-format-3 ...
 
