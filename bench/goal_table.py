@@ -98,6 +98,7 @@ def cause_scores(report_dir: Path, scenario: Any) -> dict[str, dict[str, Any]] |
     """Per planted cluster: recall@k / AUPRC of its rows in the blame of the cause accusing it (None: one cause)."""
     from gradian.attribution.scoring import rescore_items
     from gradian.evaluation.ground_truth import GroundTruth
+    from gradian.report.scores import CAUSE_PREFIX, ITEM_PREFIX
 
     document = json.loads((report_dir / "report.json").read_text())
     causes = document.get("causes") or []
@@ -105,15 +106,16 @@ def cause_scores(report_dir: Path, scenario: Any) -> dict[str, dict[str, Any]] |
         return None
     with (report_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
         rows = sorted(csv.DictReader(handle), key=lambda r: int(r["position"]))
-    item_ids = [name.removeprefix("item:") for name in rows[0] if name.startswith("item:")]
-    matrix = np.array([[float(r[f"item:{item}"]) for item in item_ids] for r in rows])
+    item_ids = [name.removeprefix(ITEM_PREFIX) for name in rows[0] if name.startswith(ITEM_PREFIX)]
+    matrix = np.array([[float(r[ITEM_PREFIX + item]) for item in item_ids] for r in rows])
     ids = [r["id"] for r in rows]
     settings = document["provenance"]["config"]["attribution"]
     out: dict[str, dict[str, Any]] = {}
     for cluster in scenario.planted_clusters:
         number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
-        if f"blame:cause-{number}" in rows[0]:  # saved by the report since it keeps every cause's blame
-            blame = [float(r[f"blame:cause-{number}"]) for r in rows]
+        column = f"{CAUSE_PREFIX}{number}"
+        if column in rows[0]:  # saved by the report since it keeps every cause's blame
+            blame = [float(r[column]) for r in rows]
         else:  # an earlier report: the same scoring over the cause's item columns
             columns = [item_ids.index(item) for item in causes[number - 1]["items"]]
             blame = rescore_items(matrix, ids, item_ids, columns, aggregation=settings["aggregation"],

@@ -49,10 +49,14 @@ class ScoreTable:
     cause_blame: tuple[np.ndarray, ...] = ()  # each cause's blame in row order (none: one cause)
 
     @property
+    def cause_columns(self) -> tuple[str, ...]:
+        """The per-cause blame columns' names (none: one cause)."""
+        return tuple(f"{CAUSE_PREFIX}{number}" for number in range(1, len(self.cause_blame) + 1))
+
+    @property
     def columns(self) -> tuple[str, ...]:
         """Every column name, in file order."""
-        causes = tuple(f"{CAUSE_PREFIX}{number}" for number in range(1, len(self.cause_blame) + 1))
-        return FIXED_COLUMNS + causes + tuple(ITEM_PREFIX + item for item in self.items)
+        return FIXED_COLUMNS + self.cause_columns + tuple(ITEM_PREFIX + item for item in self.items)
 
 
 def parquet_available() -> bool:
@@ -117,8 +121,8 @@ def write_parquet(table: ScoreTable, path: Path) -> None:
         "rank": pa.array(table.rank, type=pa.int64()), "blame": pa.array(table.blame, type=pa.float64()),
         "cluster": pa.array(table.cluster, type=pa.string()), "accused": pa.array(table.accused, type=pa.bool_()),
     }
-    for number, blame in enumerate(table.cause_blame, start=1):
-        columns[f"{CAUSE_PREFIX}{number}"] = pa.array(blame, type=pa.float64())
+    for name, blame in zip(table.cause_columns, table.cause_blame, strict=True):
+        columns[name] = pa.array(blame, type=pa.float64())
     for column, item in enumerate(table.items):
         columns[ITEM_PREFIX + item] = pa.array(table.item_blame[:, column], type=pa.float64())
     pq.write_table(pa.table(columns), str(path), compression="zstd")
