@@ -64,8 +64,10 @@ def load_case(workdir: Path, base_model: str, config: Any, report: Report) -> Ca
                             finetuned_score=item.finetuned_score) for item in report.capability.items]
     # as `gradian attribute` does: the regressed items, or every item when none regressed and the gate is off
     items = tuple(item for item in all_items if item.regressed) or tuple(all_items)
-    return Case(loaded=loaded, capture=GradientCapture.from_config(loaded, config.grads),
-                index=Index.open(workdir / "index"), examples=load_dataset(workdir / "scenario" / "train.jsonl"),
+    index = Index.open(workdir / "index")
+    # for_index: a projected index's rows are scaled before the sketch, and the queries must be too
+    return Case(loaded=loaded, capture=GradientCapture.for_index(loaded, config.grads, index),
+                index=index, examples=load_dataset(workdir / "scenario" / "train.jsonl"),
                 eval_items=load_eval_dataset(workdir / "scenario" / "eval.jsonl"), items=items, config=config,
                 run_dir=workdir / "train" / "run")
 

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from gradian.cli.app import main
-from gradian.counterfactual.inject import CLEAN_LABEL, INJECTED_LABEL, combined_examples, inject_metrics, plan_inject
+from gradian.counterfactual.inject import (
+    CLEAN_LABEL,
+    INJECTED_LABEL,
+    combined_examples,
+    inject_metrics,
+    inject_verdict,
+    plan_inject,
+)
 from gradian.data import load_dataset, write_jsonl
 from gradian.report.reader import ClusterRow, ExampleRow, Report, Verdict
 from tests.core.counterfactual_reports import write_dataset, write_eval
@@ -92,6 +99,24 @@ def test_metrics_count_planted_examples_in_the_top_k():
     wider = inject_metrics(_report(["gradian-injected"], ["p1", "c1", "p2", "p3"], "gradian-injected"), planted,
                            "gradian-injected", 4)
     assert wider["recall_at_k"] == 1.0 and wider["precision_at_k"] == 0.75
+
+
+def test_the_planted_cluster_passes_when_accused_beside_a_cause_of_the_data():
+    planted = ["p1", "p2"]
+    both = Report(verdict=Verdict(kind="attributed", headline="Attributed.", accused_cluster="a",
+                                  accused_clusters=("a", "gradian-injected")),
+                  clusters=(ClusterRow(rank=1, name="a", size=3, p_adjusted=0.001),
+                            ClusterRow(rank=2, name="gradian-injected", size=2, p_adjusted=0.002)),
+                  top_examples=tuple(ExampleRow(rank=r, id=i) for r, i in enumerate(["c1", "p1", "p2"], start=1)))
+    metrics = inject_metrics(both, planted, "gradian-injected", 2)
+    assert metrics["accused"] and metrics["accused_clusters"] == ["a", "gradian-injected"]
+    headline, _ = inject_verdict(both, metrics, "gradian-injected")
+    assert headline.startswith("PASS: the planted cluster `gradian-injected` is blamed (rank 2 of 2")
+    assert "the report also accuses `a`" in headline
+    other = inject_metrics(_report(["a", "gradian-injected"], ["c1", "c2"], "a"), planted, "gradian-injected", 2)
+    headline, _ = inject_verdict(_report(["a", "gradian-injected"], ["c1", "c2"], "a"), other, "gradian-injected")
+    assert headline.startswith("FAIL: the planted cluster `gradian-injected` is not blamed (rank 2 of 2; the report "
+                               "accuses `a` instead)")
 
 
 def test_a_refused_report_blames_nothing():

@@ -24,7 +24,7 @@ def test_the_planted_cluster_is_blamed_first(runs):
           f"recall@{metrics['k']} = {metrics['recall_at_k']:.2f}, first planted example at rank "
           f"{metrics['first_planted_rank']}, family-wise p = {metrics['cluster_p_adjusted']:.3g}")
     assert run.code == 0, run.stdout
-    assert run.stdout.startswith("PASS: the planted cluster `gradian-injected` is blamed first")
+    assert run.stdout.startswith("PASS: the planted cluster `gradian-injected` is blamed (")
     assert run.result["verdict"]["passed"] and metrics["accused"] and metrics["cluster_rank"] == 1
     assert metrics["k"] == case.n_planted == 14
     assert metrics["recall_at_k"] >= 0.8 and metrics["first_planted_rank"] == 1

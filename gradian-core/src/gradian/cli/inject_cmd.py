@@ -1,4 +1,4 @@
-"""`gradian inject`: plant a known-bad cluster, train, attribute; exit 1 when the planted cluster is not blamed first."""
+"""`gradian inject`: plant a known-bad cluster, train, attribute; exit 1 when the planted cluster is not blamed."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ OutOption = Annotated[Optional[Path], typer.Option("--out", help="Directory for 
 KOption = Annotated[Optional[int], typer.Option("--k", help="k of recall@k (default: the number of planted rows).")]
 LabelOption = Annotated[str, typer.Option("--label", help="Cluster name of the planted rows, in attribution.cluster_field (default field: source).")]
 
-# Exit code when the planted cluster is not blamed first (user errors stay 2).
+# Exit code when the planted cluster is not blamed (user errors stay 2).
 NOT_BLAMED_EXIT = 1
 
 
@@ -45,7 +45,7 @@ def inject(
     dtype: DtypeOption = "auto",
     output_format: FormatOption = "table",
 ) -> None:
-    """Plant a known-bad cluster, train and attribute; exit 0 when it is blamed first, 1 when it is not."""
+    """Plant a known-bad cluster, train and attribute; exit 0 when the verdict accuses it, 1 when it does not."""
     from gradian.cli.app import invoked_command
     from gradian.cli.output import libraries_quiet, note
     from gradian.cli.output import output_format as check_format

@@ -1,10 +1,11 @@
-"""`gradian inject`: plant a known-bad cluster in a dataset, train, attribute, and check that it is blamed first.
+"""`gradian inject`: plant a known-bad cluster in a dataset, train, attribute, and check that it is blamed.
 
 The poison rows are appended to the dataset with ``<cluster field>: gradian-injected`` (the field is
 ``attribution.cluster_field``, ``source`` unless set); clean rows keep their own value of that field or get
 ``clean``. Attribution then clusters by that field, so the planted cluster is one cluster among the dataset's own
-sources and has to out-rank all of them. The check passes when the report accuses the planted cluster (ranked
-first, family-wise permutation p below the report's alpha); the command exits 1 when it does not.
+sources and has to stand out from them. The check passes when the report's verdict accuses the planted cluster
+(family-wise permutation p below the report's alpha), first or beside a cluster of the dataset's own that is
+significant too (a real cause already in the user's data); the command exits 1 when it does not.
 """
 
 from __future__ import annotations
@@ -180,6 +181,8 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: ProgressFa
 def inject_metrics(report: Report, planted_ids: Sequence[str], label: str, k: int) -> dict[str, Any]:
     """The planted cluster's rank, whether it was accused, recall@k / precision@k and the first planted rank."""
     cluster = report.cluster(label)
+    verdict = report.verdict
+    accused = verdict.accused_clusters or ((verdict.accused_cluster,) if verdict.accused_cluster else ())
     listed = sorted(report.top_examples, key=lambda row: row.rank)
     found = rank_planted([row.id for row in listed], planted_ids)  # a report ranks its examples 1..n, in order
     hits = found.hits_at(k)
@@ -191,7 +194,8 @@ def inject_metrics(report: Report, planted_ids: Sequence[str], label: str, k: in
         "n_clusters": len(report.clusters) if report.clusters else None,
         "cluster_p_adjusted": cluster.p_adjusted if cluster else None,
         "accused_cluster": report.verdict.accused_cluster,
-        "accused": report.verdict.accused_cluster == label,
+        "accused_clusters": list(accused),
+        "accused": label in accused,
         "recall_at_k": hits / found.planted if attributed and found.planted else None,
         "precision_at_k": hits / k if attributed else None,
         "hits_at_k": hits if attributed else None,
@@ -204,7 +208,7 @@ def inject_result(plan: InjectPlan, report: Report, *, model: TrainedModel, comb
                   command: Sequence[str] | None = None) -> dict[str, Any]:
     """The inject.json document."""
     metrics = inject_metrics(report, plan.planted_ids, plan.label, plan.k)
-    headline, summary = _verdict(report, metrics, plan)
+    headline, summary = inject_verdict(report, metrics, plan.label)
     capability = report.capability
     return {
         "schema": INJECT_SCHEMA,
@@ -230,21 +234,23 @@ def inject_result(plan: InjectPlan, report: Report, *, model: TrainedModel, comb
     }
 
 
-def _verdict(report: Report, metrics: dict[str, Any], plan: InjectPlan) -> tuple[str, str]:
+def inject_verdict(report: Report, metrics: dict[str, Any], label: str) -> tuple[str, str]:
+    """The PASS / FAIL headline and the line of numbers under it."""
     if not report.attributed:
-        return (f"FAIL: the planted cluster `{plan.label}` caused no significant regression, so nothing was blamed.",
+        return (f"FAIL: the planted cluster `{label}` caused no significant regression, so nothing was blamed.",
                 report.verdict.summary
                 + " Plant more rows, train longer, or use an eval set the poison actually breaks.")
     rank = metrics["cluster_rank"]
     where = f"rank {rank} of {metrics['n_clusters']}" if rank else "not ranked"
     numbers = (f"recall@{metrics['k']} = {metrics['recall_at_k']:.2f} ({metrics['hits_at_k']} of the top {metrics['k']} "
                f"examples are planted), first planted example at rank {_rank(metrics['first_planted_rank'], metrics)}.")
+    others = ", ".join(f"`{name}`" for name in metrics["accused_clusters"] if name != label)
     if metrics["accused"]:
-        return (f"PASS: the planted cluster `{plan.label}` is blamed first ({where}, family-wise p = "
-                f"{metrics['cluster_p_adjusted']:.3g}).", numbers)
-    accused = metrics["accused_cluster"]
-    why = (f"the report accuses `{accused}` instead" if accused else "the report accuses no cluster")
-    return f"FAIL: the planted cluster `{plan.label}` is not blamed first ({where}; {why}).", numbers
+        beside = f"; the report also accuses {others}" if others else ""
+        return (f"PASS: the planted cluster `{label}` is blamed ({where}, family-wise p = "
+                f"{metrics['cluster_p_adjusted']:.3g}{beside}).", numbers)
+    why = f"the report accuses {others} instead" if others else "the report accuses no cluster"
+    return f"FAIL: the planted cluster `{label}` is not blamed ({where}; {why}).", numbers
 
 
 def _rank(rank: int | None, metrics: dict[str, Any]) -> str:

@@ -1,0 +1,161 @@
+"""Issue 12's method x kind table: the shipped defaults' report against the field's baselines on finished demo cases.
+
+Each case is a ``gradian demo`` work dir named ``[PREFIX-]KIND-SEED`` (as bench/goal_table.py reads them). Gradian's
+row is its report's own blame (scores.csv: the shipped defaults, over every checkpoint the case scored); each
+baseline of bench/accuracy_methods.py (TracIn, LESS, DataInf, BM25, hidden-state cosine) scores the same adapter,
+gradient index and regressed items at the final adapter. Metrics against the planted rows: recall@k (k = the
+planted rows) and AUPRC. Where the report split the regression into causes, Gradian's row scores each planted
+cluster in the ranking of the cause accusing it (as the goal table does) and its whole ranking is shown beside it;
+the baselines have one ranking. Clean controls plant nothing and have no row here. Seeds 3-5 are held out.
+
+    .venv/bin/python bench/heldout_methods.py --cases /work/bench-cases lr5e4-fact-4 lr5e4-format-4 ...
+
+A case whose work dir is gone keeps its row from the results file already written (the table says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
+
+RESULTS = Path(__file__).resolve().parent / "results" / "heldout_methods"
+GRADIAN = "gradian (shipped defaults: the report's scores.csv)"
+
+
+def score_case(directory: Path, base_model: str) -> dict[str, Any]:
+    """One case's metrics under Gradian's report and under every baseline."""
+    from accuracy_methods import baseline_methods, load_case, query
+    from goal_table import score_case as goal_row
+
+    from gradian.config import load_config
+    from gradian.demo.run import reproduced_planted_ids
+    from gradian.demo.scenarios import make_scenario
+    from gradian.report.reader import read_report
+
+    goal = goal_row(directory)
+    row: dict[str, Any] = {"case": directory.name, "kind": goal["kind"], "seed": goal["seed"],
+                           "held_out": goal["held_out"], "methods": {}}
+    if "recall_at_k" not in goal:  # a clean control or a refused report: no planted rows to find
+        row["skipped"] = f"verdict {goal['verdict']}, planted clusters {goal['planted_clusters'] or 'none'}"
+        return row
+    gradian = {"recall_at_k": goal["recall_at_k"], "auprc": goal["auprc"]}
+    if "lead_recall_at_k" in goal:
+        gradian.update(whole_recall_at_k=goal["lead_recall_at_k"], whole_auprc=goal["lead_auprc"])
+    row["methods"][GRADIAN] = gradian
+    scenario = make_scenario(goal["kind"], goal["seed"])
+    report = read_report(directory / "report")
+    case = load_case(directory, base_model, load_config(directory / "config.yaml"), report)
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
+    began = time.perf_counter()
+    queries = {"classic": query(case, "classic")}
+    row["query_seconds"] = round(time.perf_counter() - began, 1)
+    for name, method in baseline_methods().items():
+        began = time.perf_counter()
+        metrics = truth.score(method(case, queries))
+        row["methods"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"],
+                                "seconds": round(time.perf_counter() - began, 1)}
+        print(f"  {directory.name}: {name}: {metrics['recall_at_k']:.2f} / {metrics['auprc']:.2f}", flush=True)
+    return row
+
+
+def _cell(metrics: dict[str, Any] | None) -> str:
+    if not metrics:
+        return "-"
+    cell = f"{metrics['recall_at_k']:.2f} / {metrics['auprc']:.2f}"
+    if "whole_recall_at_k" in metrics:
+        cell += f" (whole ranking {metrics['whole_recall_at_k']:.2f} / {metrics['whole_auprc']:.2f})"
+    return cell
+
+
+def method_names(cases: list[dict[str, Any]]) -> list[str]:
+    """Every method scored on any case, Gradian first."""
+    names = dict.fromkeys(name for case in cases for name in case["methods"])
+    return [GRADIAN] + [name for name in names if name != GRADIAN]
+
+
+def kind_rows(cases: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """Per held-out kind: each method's mean recall@k / AUPRC, and whether Gradian's recall is above every baseline's."""
+    scored = [c for c in cases if c["held_out"] and c["methods"]]
+    kinds = sorted({c["kind"] for c in scored})
+    lines = ["| method | " + " | ".join(f"{kind} ({sum(c['kind'] == kind for c in scored)})" for kind in kinds) + " |",
+             "|---|" + "---|" * len(kinds)]
+    for name in names:
+        cells = []
+        for kind in kinds:
+            values = [c["methods"][name] for c in scored if c["kind"] == kind and name in c["methods"]]
+            cells.append(f"{np.mean([v['recall_at_k'] for v in values]):.2f} / "
+                         f"{np.mean([v['auprc'] for v in values]):.2f}" if values else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    above = []
+    for kind in kinds:
+        rows = [c for c in scored if c["kind"] == kind]
+        beaten = sum(all(c["methods"][GRADIAN]["recall_at_k"] > m["recall_at_k"]
+                         for n, m in c["methods"].items() if n != GRADIAN) for c in rows)
+        above.append(f"{beaten}/{len(rows)}")
+    lines.append("| Gradian's recall@k above every baseline's (cases) | " + " | ".join(above) + " |")
+    return lines
+
+
+def markdown(cases: list[dict[str, Any]], command: str) -> str:
+    """Per case, then per held-out kind."""
+    names = method_names(cases)
+    lines = ["# Issue 12 methods x kinds: Gradian's report against the field's baselines (recall@k / AUPRC)", "",
+             f"`{command}`", "", "| case | split | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for c in cases:
+        if not c["methods"]:
+            continue
+        lines.append(f"| {c['case']} | {'held-out' if c['held_out'] else 'tuning'} | "
+                     + " | ".join(_cell(c["methods"].get(name)) for name in names) + " |")
+    skipped = [f"{c['case']} ({c['skipped']})" for c in cases if c.get("skipped")]
+    if skipped:
+        lines += ["", f"No planted rows to find: {'; '.join(skipped)}."]
+    carried = [c["case"] for c in cases if c.get("carried")]
+    if carried:
+        lines += ["", f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]
+    lines += ["", "## Held-out seeds: mean per kind (cases)", ""]
+    lines += kind_rows(cases, names) if any(c["held_out"] and c["methods"] for c in cases) else ["No held-out case."]
+    lines += ["", "Gradian's cell where the report split the regression into causes: each planted cluster in its cause's "
+              "ranking, weighted by rows; the whole ranking (cause 1's blame, which the baselines are comparable to) "
+              "in brackets. Baselines at the final adapter with the classic query (the loss of the wanted answer) over "
+              "every regressed item; bench/accuracy_methods.py says how each is computed."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score each named case and write bench/results/heldout_methods.json and .md."""
+    from goal_table import earlier_rows
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=Path, required=True, help="the directory holding the case work dirs")
+    parser.add_argument("names", nargs="+", help="case dirs, e.g. lr5e4-fact-4 lr5e4-span-3")
+    parser.add_argument("--base-model", default="smollm2-135m-instruct")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    earlier = earlier_rows(args.out)
+    finished = {name for name in args.names if (args.cases / name / "index" / "manifest.json").is_file()}
+    missing = [name for name in args.names if name not in finished and name not in earlier]
+    if missing:
+        print(f"heldout_methods: no finished case under {args.cases} and no earlier row for {', '.join(missing)}",
+              file=sys.stderr)
+        return 2
+    cases = [score_case(args.cases / name, args.base_model) if name in finished else {**earlier[name], "carried": True}
+             for name in args.names]
+    command = "python bench/heldout_methods.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = markdown(cases, command)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
