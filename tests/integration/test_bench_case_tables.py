@@ -1,0 +1,82 @@
+"""bench/goal_table.py and bench/heldout_methods.py on a finished tiny-model demo case: both read it and write tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradian.demo.run import demo_config, run_demo
+from gradian.demo.scenarios import make_scenario
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _bench(name):
+    sys.path.insert(0, str(BENCH))  # the scripts import their sibling modules, as they do when run from bench/
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def cases(tiny_base_dir, tmp_path_factory):
+    """A directory holding one finished demo case, ``tiny-fact-4`` (a held-out seed), on the tiny model."""
+    root = tmp_path_factory.mktemp("cases")
+    # a random tiny model has no capability to lose: the gate is lifted and the query is classic (test_demo.py)
+    base = demo_config(make_scenario("fact", 4))
+    config = base.replace(evaluation=dataclasses.replace(base.evaluation, require_significant=False,
+                                                         query_signal="classic"),
+                          train=dataclasses.replace(base.train, num_epochs=1.0))
+    run_demo(scenario="fact", seed=4, base_model=str(tiny_base_dir), workdir=root / "tiny-fact-4", config=config,
+             echo=lambda line: None)
+    return root
+
+
+@pytest.mark.slow
+def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path):
+    goal_table = _bench("goal_table")
+    out = tmp_path / "goal"
+    assert goal_table.main(["--cases", str(cases), "tiny-fact-4", "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert row["kind"] == "fact" and row["seed"] == 4 and row["held_out"]
+    assert 0.0 <= row["recall_at_k"] <= 1.0 and row["planted_clusters"] == ["trivia_import"]
+    assert "| fact | 1 |" in out.with_suffix(".md").read_text()
+    # the work dir gone, its row comes from the results file, marked as carried; an unknown case is refused
+    assert goal_table.main(["--cases", str(tmp_path / "elsewhere"), "tiny-fact-4", "--out", str(out)]) == 0
+    carried = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert carried.pop("carried") is True and carried == row
+    assert goal_table.main(["--cases", str(cases), "tiny-fact-9", "--out", str(out)]) == 2
+
+
+@pytest.mark.slow
+def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base_dir, tmp_path):
+    methods_table = _bench("heldout_methods")
+    out = tmp_path / "methods"
+    assert methods_table.main(["--cases", str(cases), "tiny-fact-4", "--base-model", str(tiny_base_dir),
+                               "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    names = list(row["methods"])
+    assert names[0] == methods_table.GRADIAN
+    assert {"grad dot (TracIn, final adapter)", "LESS (adam, cosine)", "DataInf", "BM25",
+            "hidden-state cosine"} <= set(names)
+    assert all(0.0 <= m["recall_at_k"] <= 1.0 and 0.0 <= m["auprc"] <= 1.0 for m in row["methods"].values())
+    # Gradian's cell is the report's own blame, the same numbers the goal table reads
+    goal = _bench("goal_table").score_case(cases / "tiny-fact-4")
+    gradian = row["methods"][methods_table.GRADIAN]
+    assert (gradian["recall_at_k"], gradian["auprc"]) == (goal["recall_at_k"], goal["auprc"])
+    if "by_cause" in goal:  # the report split the regression: the whole ranking is shown beside it
+        assert (gradian["whole_recall_at_k"], gradian["whole_auprc"]) == (goal["lead_recall_at_k"], goal["lead_auprc"])
+    table = out.with_suffix(".md").read_text()
+    assert "| method | fact (1) |" in table and "above every baseline's (cases)" in table
+    moved = tmp_path / "moved"
+    shutil.copytree(cases / "tiny-fact-4", moved / "tiny-fact-4", ignore=shutil.ignore_patterns("index"))
+    assert methods_table.main(["--cases", str(moved), "tiny-fact-4", "--out", str(out)]) == 0  # no index: carried
+    assert json.loads(out.with_suffix(".json").read_text())["cases"][0]["carried"] is True
