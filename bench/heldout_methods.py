@@ -44,7 +44,8 @@ def score_case(directory: Path, base_model: str) -> dict[str, Any]:
     row: dict[str, Any] = {"case": directory.name, "kind": goal["kind"], "seed": goal["seed"],
                            "held_out": goal["held_out"], "methods": {}}
     if "recall_at_k" not in goal:  # a clean control or a refused report: no planted rows to find
-        row["skipped"] = f"verdict {goal['verdict']}, planted clusters {goal['planted_clusters'] or 'none'}"
+        row["skipped"] = ("nothing planted: a clean control" if not goal["planted_clusters"]
+                          else f"the report's verdict is {goal['verdict']}, so it has no ranking")
         return row
     gradian = {"recall_at_k": goal["recall_at_k"], "auprc": goal["auprc"]}
     if "lead_recall_at_k" in goal:
