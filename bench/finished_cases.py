@@ -1,4 +1,4 @@
-"""Shared by the benchmarks that re-score finished accuracy cases: which named cases are missing, and the results."""
+"""Shared by the benchmarks that re-score finished cases: which named cases are missing, earlier rows, the results."""
 
 from __future__ import annotations
 
@@ -42,6 +42,43 @@ def rescoring_main(tool: str, description: str, results: Path, argv: list[str] |
     if missing_cases(tool, args.cases, args.names):
         return 2
     cases = [score(args.cases / name, args) for name in args.names]
+    command = f"python bench/{tool}.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_results(args.out, command, cases, markdown(cases, command))
+    return 0
+
+
+def earlier_rows(results: Path) -> dict[str, dict[str, Any]]:
+    """The rows of a results file already written, by case name (none when there is no results file)."""
+    path = results.with_suffix(".json")
+    if not path.is_file():
+        return {}
+    return {row["case"]: row for row in json.loads(path.read_text())["cases"]}
+
+
+def carrying_main(tool: str, description: str, results: Path, argv: list[str] | None,
+                  finished: Callable[[Path], bool], score: Callable[[Path, argparse.Namespace], dict[str, Any]],
+                  markdown: Callable[[list[dict[str, Any]], str], str],
+                  add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+    """A case table's command line: score each finished case, carry the earlier row of one whose work dir is gone.
+
+    A case dir is ~8 GB and machines are not kept, so a row once measured stays in the table, marked ``carried``.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cases", type=Path, required=True, help="the directory holding the case work dirs")
+    parser.add_argument("names", nargs="+", help="case dirs, e.g. lr5e4-fact-3 clean-3")
+    parser.add_argument("--out", type=Path, default=results)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    earlier = earlier_rows(args.out)
+    here = {name for name in args.names if finished(args.cases / name)}
+    missing = [name for name in args.names if name not in here and name not in earlier]
+    if missing:
+        print(f"{tool}: no finished case under {args.cases} and no earlier row for {', '.join(missing)}",
+              file=sys.stderr)
+        return 2
+    cases = [score(args.cases / name, args) if name in here else {**earlier[name], "carried": True}
+             for name in args.names]
     command = f"python bench/{tool}.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_results(args.out, command, cases, markdown(cases, command))
     return 0

@@ -15,11 +15,9 @@ file already written, and the table says which rows were carried over that way.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -175,14 +173,6 @@ def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def earlier_rows(results: Path) -> dict[str, dict[str, Any]]:
-    """The rows of the goal table already written, by case name (none when there is no results file)."""
-    path = results.with_suffix(".json")
-    if not path.is_file():
-        return {}
-    return {row["case"]: row for row in json.loads(path.read_text())["cases"]}
-
-
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """Every case, tuning and held-out, then the goal rows over the held-out seeds."""
     lines = ["# Issue 12 goal table: the shipped defaults on finished demo cases", "", f"`{command}`", "",
@@ -211,27 +201,11 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/goal_table.json and .md."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=Path, required=True, help="the directory holding the case work dirs")
-    parser.add_argument("names", nargs="+", help="case dirs, e.g. lr5e4-fact-3 clean-0")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    earlier = earlier_rows(args.out)
-    finished = {name for name in args.names if (args.cases / name / "report" / "report.json").is_file()}
-    missing = [name for name in args.names if name not in finished and name not in earlier]
-    if missing:
-        print(f"goal_table: no finished report under {args.cases} and no earlier row for {', '.join(missing)}",
-              file=sys.stderr)
-        return 2
-    cases = [score_case(args.cases / name) if name in finished else {**earlier[name], "carried": True}
-             for name in args.names]
-    command = "python bench/goal_table.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = markdown(cases, command)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(text)
-    print(text)
-    return 0
+    from finished_cases import carrying_main
+
+    return carrying_main("goal_table", __doc__.splitlines()[0], RESULTS, argv,
+                         lambda directory: (directory / "report" / "report.json").is_file(),
+                         lambda directory, args: score_case(directory), markdown)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ A case whose work dir is gone keeps its row from the results file already writte
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -132,30 +131,14 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/heldout_methods.json and .md."""
-    from goal_table import earlier_rows
+    from finished_cases import carrying_main
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=Path, required=True, help="the directory holding the case work dirs")
-    parser.add_argument("names", nargs="+", help="case dirs, e.g. lr5e4-fact-4 lr5e4-span-3")
-    parser.add_argument("--base-model", default="smollm2-135m-instruct")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    earlier = earlier_rows(args.out)
-    finished = {name for name in args.names if (args.cases / name / "index" / "manifest.json").is_file()}
-    missing = [name for name in args.names if name not in finished and name not in earlier]
-    if missing:
-        print(f"heldout_methods: no finished case under {args.cases} and no earlier row for {', '.join(missing)}",
-              file=sys.stderr)
-        return 2
-    cases = [score_case(args.cases / name, args.base_model) if name in finished else {**earlier[name], "carried": True}
-             for name in args.names]
-    command = "python bench/heldout_methods.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = markdown(cases, command)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "cases": cases}, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(text)
-    print(text)
-    return 0
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--base-model", default="smollm2-135m-instruct")
+
+    return carrying_main("heldout_methods", __doc__.splitlines()[0], RESULTS, argv,
+                         lambda directory: (directory / "index" / "manifest.json").is_file(),
+                         lambda directory, args: score_case(directory, args.base_model), markdown, options)
 
 
 if __name__ == "__main__":
