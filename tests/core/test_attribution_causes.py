@@ -17,10 +17,10 @@ from gradian.errors import ConfigError
 N, DIM = 240, 48
 
 
-def _two_causes(seed: int = 0, second_cluster: bool = True, unexplained_items: int = 0):
+def _two_causes(seed: int = 0, second_cluster: bool = True, unexplained_items: int = 0, b_push: float = 2.5):
     """Clean rows from four sources; 12 rows of `vendor-a` push failure A, 12 of `vendor-b` (or 12 rows spread over
-    the clean sources) push failure B; 6 items fail the A way and 5 the B way, and ``unexplained_items`` more fail
-    a third way no training row pushes."""
+    the clean sources) push failure B (``b_push`` as hard as A by default); 6 items fail the A way and 5 the B way,
+    and ``unexplained_items`` more fail a third way no training row pushes."""
     rng = np.random.default_rng(seed)
     directions = np.linalg.qr(rng.normal(size=(DIM, 3)))[0].T  # orthonormal failure directions
     train = rng.normal(size=(N, DIM))
@@ -28,7 +28,7 @@ def _two_causes(seed: int = 0, second_cluster: bool = True, unexplained_items: i
     planted = rng.choice(N, 24, replace=False)
     a, b = np.sort(planted[:12]), np.sort(planted[12:])
     train[a] = -2.5 * directions[0] + 0.6 * rng.normal(size=(12, DIM))
-    train[b] = -2.5 * directions[1] + 0.6 * rng.normal(size=(12, DIM))
+    train[b] = -b_push * directions[1] + 0.6 * rng.normal(size=(12, DIM))
     sources[a] = "vendor-a"
     if second_cluster:
         sources[b] = "vendor-b"
@@ -42,7 +42,7 @@ def _two_causes(seed: int = 0, second_cluster: bool = True, unexplained_items: i
 
 
 def _attributed(train, queries, item_ids, rows, **config):
-    config = AttributionConfig(cluster_field="source", permutations=300, **config)
+    config = AttributionConfig(**{"cluster_field": "source", "permutations": 300, **config})
     ids = [f"row-{i:04d}" for i in range(N)]
     collector = ItemBlameCollector()
     whole = score_examples(ArraySource(train, ids), queries, item_ids=item_ids, item_sink=collector)
@@ -76,6 +76,24 @@ def test_items_no_cluster_explains_are_reported_as_a_cause_without_a_data_cause(
     assert split.groups == 3 and [c.accused.name if c.accused else None for c in split.causes][2] is None
     assert {c.accused.name for c in split.causes[:2]} == {"vendor-a", "vendor-b"}
     assert split.causes[2].item_ids == tuple(item_ids[11:])
+
+
+def test_a_cause_accuses_only_below_alpha_over_the_groups():
+    # B pushed weakly: a group of the unexplained items finds a clean cluster at family-wise p 0.027, below 0.05
+    # but not below 0.05 / 3, the split's three groups; the split still focuses vendor-a's query, and accuses only it.
+    train, queries, item_ids, rows, a, _ = _two_causes(seed=1, unexplained_items=4, b_push=0.3)
+    split, whole, _ = _attributed(train, queries, item_ids, rows)
+    assert split.groups == 3 and all(cause.clusters.alpha == pytest.approx(0.05 / 3) for cause in split.causes)
+    assert [cause.accused.name if cause.accused else None for cause in split.causes] == ["vendor-a", None, None]
+    near_miss = [cause.clusters.scores[0] for cause in split.causes[1:] if cause.clusters.scores[0].name == "docs"]
+    assert near_miss and 0.05 / 3 < near_miss[0].p_adjusted < 0.05
+    assert _recall(split.primary.scores.blame, a) > _recall(whole.blame, a)
+
+
+def test_a_split_that_accuses_nothing_at_the_corrected_alpha_gives_way_to_all_items():
+    train, queries, item_ids, rows, _, _ = _two_causes(seed=1, unexplained_items=4, b_push=0.3)
+    split, whole, clusters = _attributed(train, queries, item_ids, rows, permutations=40)  # p >= 1/41 > 0.05/3
+    assert split.groups == 1 and split.primary.scores is whole and split.primary.clusters is clusters
 
 
 def test_one_cause_is_not_split():

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from gradian.report.json_report import checkpoints_text
+from gradian.report.json_report import CAUSES_INTRO, causes_alpha, checkpoints_text, unexplained
 
 SHOWN_CLUSTERS = 15
 SHOWN_ITEMS = 10
@@ -128,10 +128,9 @@ def _clusters(clusters: Mapping[str, Any]) -> str:
 
 def _causes(causes: Sequence[Mapping[str, Any]]) -> str:
     rows = [[str(cause["cause"]), ", ".join(cause["items"]),
-             cause["accused_cluster"] or "nothing: no data cause found", _g(cause["z"], digits=3),
+             cause["accused_cluster"] or f"nothing: {unexplained(cause)}", _g(cause["z"], digits=3),
              _g(cause["p_adjusted"], digits=3), ", ".join(cause["top_examples"][:3])] for cause in causes]
-    return _section("Causes", _p("The regressed items were grouped by their query gradients and each group attributed "
-                                 "on its own; the sections above attribute cause 1."),
+    return _section("Causes", _p(f"{CAUSES_INTRO}{causes_alpha(causes)} The sections above attribute cause 1."),
                     _table(["cause", "items", "accuses", "z", "family-wise p", "most blamed examples"], rows,
                            numeric=(0, 3, 4)))
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from gradian.attribution.causes import CauseSplit
 from gradian.attribution.preconditioners import Preconditioner
-from gradian.attribution.results import ClusterResult, ClusterScore, ExampleScores, SpanDrill
+from gradian.attribution.results import ACCUSE_ALPHA, ClusterResult, ClusterScore, ExampleScores, SpanDrill
 from gradian.evaluation.capability import CapabilityResult, refusal_message
 from gradian.evaluation.query_signal import QuerySignalChoice
 
@@ -210,6 +210,27 @@ def checkpoints_text(members: Sequence[Mapping[str, Any]]) -> str:
             + ", ".join(point(member) for member in members))
 
 
+CAUSES_INTRO = ("The regressed items were grouped by their query gradients and each group attributed on its own; "
+                "groups that accuse the same cluster are one cause.")
+
+
+def causes_alpha(causes: Sequence[Mapping[str, Any]]) -> str:
+    """The threshold a cause accuses below, as a sentence ('' for a report written before causes recorded it)."""
+    alpha = causes[0].get("alpha") if causes else None
+    if alpha is None:
+        return ""
+    return (f" Each group tests every cluster again, so a cause accuses a cluster only below family-wise p = {alpha:.3g}"
+            f" ({ACCUSE_ALPHA:g} over the number of groups).")
+
+
+def unexplained(cause: Mapping[str, Any], quote: str = "") -> str:
+    """What a cause that accuses nothing says: no data cause found, and its strongest cluster where recorded."""
+    if cause.get("strongest_cluster") is None or cause.get("strongest_p_adjusted") is None:
+        return "no data cause found"
+    return (f"no data cause found (the strongest, {quote}{cause['strongest_cluster']}{quote}, has family-wise "
+            f"p = {cause['strongest_p_adjusted']:.3g}, not below {cause['alpha']:.3g})")
+
+
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     """The text with whitespace collapsed, cut at ``limit`` characters with an ellipsis."""
     flat = " ".join(str(text).split())
@@ -337,10 +358,14 @@ def _causes_list(causes: CauseSplit | None) -> list[dict[str, Any]] | None:
     out = []
     for number, cause in enumerate(causes.causes, start=1):
         accused = cause.accused
+        strongest = cause.clusters.scores[0] if cause.clusters.scores else None
         out.append({"cause": number, "items": list(cause.item_ids), "accused_cluster": accused.name if accused else None,
                     "accused_clusters": [s.name for s in cause.clusters.accused_all],
                     "z": _num(accused.z) if accused else None, "effect": _num(accused.effect) if accused else None,
                     "p_adjusted": _num(accused.p_adjusted) if accused else None,
+                    "alpha": cause.clusters.alpha,  # alpha / the split's groups: what a cause accuses below
+                    "strongest_cluster": strongest.name if strongest else None,
+                    "strongest_p_adjusted": _num(strongest.p_adjusted) if strongest else None,
                     "top_examples": list(cause.scores.top_ids()[:5])})
     return out
 

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gradian.report.json_report import checkpoints_text
+from gradian.report.json_report import CAUSES_INTRO, causes_alpha, checkpoints_text, unexplained
 
 SHOWN_CLUSTERS = 15
 SHOWN_ITEMS = 10
@@ -142,12 +142,10 @@ def _clusters(clusters: Mapping[str, Any]) -> str:
 
 
 def _causes(causes: list[Mapping[str, Any]]) -> str:
-    lines = ["## Causes", "",
-             "The regressed items were grouped by their query gradients and each group attributed on its own; groups "
-             "that accuse the same cluster are one cause. The sections above and below attribute cause 1.", "",
-             "| cause | items | accuses | z | family-wise p | most blamed examples |", "|---|---|---|---|---|---|"]
+    lines = ["## Causes", "", f"{CAUSES_INTRO}{causes_alpha(causes)} The sections above and below attribute cause 1.",
+             "", "| cause | items | accuses | z | family-wise p | most blamed examples |", "|---|---|---|---|---|---|"]
     for cause in causes:
-        accused = f"`{cause['accused_cluster']}`" if cause["accused_cluster"] else "nothing: no data cause found"
+        accused = f"`{cause['accused_cluster']}`" if cause["accused_cluster"] else f"nothing: {unexplained(cause, '`')}"
         lines.append(f"| {cause['cause']} | {_listing(cause['items'], 4)} | {accused} | {_g(cause['z'], digits=3)} | "
                      f"{_g(cause['p_adjusted'], digits=3)} | {_listing(cause['top_examples'], 3)} |")
     return "\n".join(lines)
