@@ -373,5 +373,9 @@ def test_one_planted_cluster_keeps_its_ground_truth_line():
         assert check.verdict_right is False and check.cluster_ranks == (2,)
         assert check.lines()[0] == (f"ground truth: the planted cluster {scenario.planted_cluster!r} "
                                     f"({len(scenario.planted_rows)} rows) is ranked 2 of 2")
+        extra = check_ground_truth(scenario, _report(scenario, [scenario.planted_cluster, "x"],
+                                                     [scenario.planted_cluster, "x"], []))
+        assert extra.verdict_right is False and extra.wrongly_accused == ("x",)
+        assert extra.lines()[1] == "ground truth: the verdict is wrong: it also accuses 'x', where nothing was planted"
     span = make_scenario("span", 0)
     assert check_ground_truth(span, _report(span, ["country_profiles"], ["country_profiles"], [])).verdict_right is None

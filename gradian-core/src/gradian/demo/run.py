@@ -134,7 +134,7 @@ class GroundTruthCheck:
 
     @property
     def verdict_right(self) -> bool | None:
-        """Whether the accused clusters are the planted ones: every one of them, or none for a control.
+        """Whether the accused clusters are the planted ones: every one of them and no other, or none for a control.
 
         None where the planted rows have no cluster of their own (the span kind): accusing a cluster cannot be
         right or wrong there.
@@ -143,7 +143,14 @@ class GroundTruthCheck:
             return not self.accused
         if not self.planted_clusters:
             return None
-        return all(name in self.accused for name in self.planted_clusters)
+        return all(name in self.accused for name in self.planted_clusters) and not self.wrongly_accused
+
+    @property
+    def wrongly_accused(self) -> tuple[str, ...]:
+        """Accused clusters where nothing was planted (none for the span kind, whose rows have no cluster)."""
+        if not self.planted_clusters:
+            return ()
+        return tuple(name for name in self.accused if name not in self.planted_clusters)
 
     def lines(self) -> list[str]:
         """A few terminal lines."""
@@ -178,6 +185,9 @@ class GroundTruthCheck:
             found = sum(1 for name in clusters if name in self.accused)
             lines.append(f"ground truth: the verdict is {'right' if self.verdict_right else 'wrong'}: it accuses "
                          f"{found} of the {len(clusters)} planted clusters")
+        if self.wrongly_accused:
+            lines.append(f"ground truth: the verdict is wrong: it also accuses "
+                         f"{', '.join(repr(name) for name in self.wrongly_accused)}, where nothing was planted")
         return lines
 
 
