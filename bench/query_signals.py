@@ -34,11 +34,14 @@ ROWS_PER_READ = 32  # exact SmolLM2 rows are ~10 MB each
 def item_scores(case: Any, queries: np.ndarray, pre: Any) -> tuple[np.ndarray, np.ndarray]:
     """Raw blame [n, items] and each row's self-influence g P g, in one pass over the exact index."""
     pq = pre.apply(queries).astype(np.float32)
-    scale = np.asarray(pre.scale, dtype=np.float32)
+    scale = np.asarray(getattr(pre, "scale", None), dtype=np.float32)  # a diagonal's; kronecker has no vector
     raw, self_influence = [], []
     for _, chunk in case.index.iter_chunks(ROWS_PER_READ):
         raw.append(-(chunk @ pq.T).astype(np.float64))
-        self_influence.append(np.einsum("ij,ij,j->i", chunk, chunk, scale, dtype=np.float64))
+        if scale.ndim == 1:
+            self_influence.append(np.einsum("ij,ij,j->i", chunk, chunk, scale, dtype=np.float64))
+        else:
+            self_influence.append(np.einsum("ij,ij->i", chunk, pre.apply(chunk), dtype=np.float64))
     return np.concatenate(raw), np.concatenate(self_influence)
 
 
