@@ -10,6 +10,9 @@ the baselines have one ranking. Clean controls plant nothing and have no row her
 
     .venv/bin/python bench/heldout_methods.py --cases /work/bench-cases lr5e4-fact-4 lr5e4-format-4 ...
 
+Beside another job on two cores, set OMP_NUM_THREADS=1: the hidden-state pass (400 single-row forwards) took over
+15 minutes with two threads spinning against a training run, 2 minutes with one.
+
 A case whose work dir is gone keeps its row from the results file already written (the table says which).
 """
 
@@ -119,7 +122,7 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
         lines += ["", f"No planted rows to find: {'; '.join(skipped)}."]
     carried = [c["case"] for c in cases if c.get("carried")]
     if carried:
-        lines += ["", f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]
+        lines += ["", f"Carried from the earlier results file (no index under --cases, so not scored again): {', '.join(carried)}."]
     lines += ["", "## Held-out seeds: mean per kind (cases)", ""]
     lines += kind_rows(cases, names) if any(c["held_out"] and c["methods"] for c in cases) else ["No held-out case."]
     lines += ["", "Gradian's cell where the report split the regression into causes: each planted cluster in its cause's "
