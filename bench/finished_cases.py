@@ -26,25 +26,40 @@ def write_results(out: Path, command: str, cases: list[dict[str, Any]], text: st
     print(text)
 
 
+def _parser(description: str, results: Path, names_help: str,
+            add_arguments: Callable[[argparse.ArgumentParser], None] | None) -> argparse.ArgumentParser:
+    """--cases, the case names, --out (default ``results``) and the benchmark's own options."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cases", type=Path, required=True, help="the directory holding the case work dirs")
+    parser.add_argument("names", nargs="+", help=names_help)
+    parser.add_argument("--out", type=Path, default=results)
+    if add_arguments is not None:
+        add_arguments(parser)
+    return parser
+
+
+def _write(tool: str, argv: list[str] | None, out: Path, cases: list[dict[str, Any]],
+           markdown: Callable[[list[dict[str, Any]], str], str]) -> int:
+    """Write the results with the command line that produced them; exit code 0."""
+    command = f"python bench/{tool}.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_results(out, command, cases, markdown(cases, command))
+    return 0
+
+
 def rescoring_main(tool: str, description: str, results: Path, argv: list[str] | None,
                    score: Callable[[Path, argparse.Namespace], dict[str, Any]],
                    markdown: Callable[[list[dict[str, Any]], str], str],
                    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
     """A re-scoring benchmark's command line: parse, check the cases, score each, write bench/results/<tool>.*."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
-    parser.add_argument("names", nargs="+", help="case names, e.g. fact-0 format-0")
-    parser.add_argument("--base-model", default="smollm2-135m-instruct")
-    parser.add_argument("--out", type=Path, default=results)
-    if add_arguments is not None:
-        add_arguments(parser)
-    args = parser.parse_args(argv)
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--base-model", default="smollm2-135m-instruct")
+        if add_arguments is not None:
+            add_arguments(parser)
+
+    args = _parser(description, results, "case names, e.g. fact-0 format-0", options).parse_args(argv)
     if missing_cases(tool, args.cases, args.names):
         return 2
-    cases = [score(args.cases / name, args) for name in args.names]
-    command = f"python bench/{tool}.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_results(args.out, command, cases, markdown(cases, command))
-    return 0
+    return _write(tool, argv, args.out, [score(args.cases / name, args) for name in args.names], markdown)
 
 
 def earlier_rows(results: Path) -> dict[str, dict[str, Any]]:
@@ -63,13 +78,7 @@ def carrying_main(tool: str, description: str, results: Path, argv: list[str] | 
 
     A case dir is ~8 GB and machines are not kept, so a row once measured stays in the table, marked ``carried``.
     """
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--cases", type=Path, required=True, help="the directory holding the case work dirs")
-    parser.add_argument("names", nargs="+", help="case dirs, e.g. lr5e4-fact-3 clean-3")
-    parser.add_argument("--out", type=Path, default=results)
-    if add_arguments is not None:
-        add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = _parser(description, results, "case dirs, e.g. lr5e4-fact-3 clean-3", add_arguments).parse_args(argv)
     earlier = earlier_rows(args.out)
     here = {name for name in args.names if finished(args.cases / name)}
     missing = [name for name in args.names if name not in here and name not in earlier]
@@ -79,6 +88,4 @@ def carrying_main(tool: str, description: str, results: Path, argv: list[str] | 
         return 2
     cases = [score(args.cases / name, args) if name in here else {**earlier[name], "carried": True}
              for name in args.names]
-    command = f"python bench/{tool}.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_results(args.out, command, cases, markdown(cases, command))
-    return 0
+    return _write(tool, argv, args.out, cases, markdown)
