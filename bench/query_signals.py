@@ -31,18 +31,24 @@ ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 ROWS_PER_READ = 32  # exact SmolLM2 rows are ~10 MB each
 
 
-def item_scores(case: Any, queries: np.ndarray, pre: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Raw blame [n, items] and each row's self-influence g P g, in one pass over the exact index."""
+def item_scores(case: Any, queries: np.ndarray, pre: Any,
+                known: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Raw blame [n, items] and each row's self-influence g P g, in one pass over the exact index.
+
+    Self-influence depends on the rows alone, so a second signal passes the first one's as ``known``.
+    """
     pq = pre.apply(queries).astype(np.float32)
     scale = np.asarray(getattr(pre, "scale", None), dtype=np.float32)  # a diagonal's; kronecker has no vector
     raw, self_influence = [], []
     for _, chunk in case.index.iter_chunks(ROWS_PER_READ):
         raw.append(-(chunk @ pq.T).astype(np.float64))
+        if known is not None:
+            continue
         if scale.ndim == 1:
             self_influence.append(np.einsum("ij,ij,j->i", chunk, chunk, scale, dtype=np.float64))
         else:
             self_influence.append(np.einsum("ij,ij->i", chunk, pre.apply(chunk), dtype=np.float64))
-    return np.concatenate(raw), np.concatenate(self_influence)
+    return np.concatenate(raw), known if known is not None else np.concatenate(self_influence)
 
 
 def aggregated(raw: np.ndarray, self_influence: np.ndarray, alpha: float) -> np.ndarray:
@@ -77,8 +83,9 @@ def score_case(workdir: Path, base_model: str, preconditioner_kind: str = "diago
 
     out: dict[str, Any] = {"case": workdir.name, "kind": kind, "seed": seed, "items": len(case.items),
                            "preconditioner": preconditioner_kind, "signals": {}, "alphas": {}}
+    self_influence = None
     for signal in SIGNALS:
-        raw, self_influence = item_scores(case, query(case, signal), pre)
+        raw, self_influence = item_scores(case, query(case, signal), pre, self_influence)
         out["signals"][signal] = measured(aggregated(raw, self_influence, 0.0))
         if signal == "contrastive":
             out["alphas"] = {str(alpha): measured(aggregated(raw, self_influence, alpha)) for alpha in ALPHAS}
