@@ -79,7 +79,8 @@ def test_the_plan_clusters_by_the_planted_field_and_lists_at_least_k_examples(fi
 
 
 def _report(ranked, top, accused):
-    return Report(verdict=Verdict(kind="attributed", headline="Attributed.", accused_cluster=accused),
+    return Report(verdict=Verdict(kind="attributed", headline="Attributed.", accused_cluster=accused,
+                                  accused_clusters=(accused,) if accused else ()),
                   clusters=tuple(ClusterRow(rank=r, name=n, size=3, p_adjusted=0.01 if r == 1 else 1.0)
                                  for r, n in enumerate(ranked, start=1)),
                   top_examples=tuple(ExampleRow(rank=r, id=i) for r, i in enumerate(top, start=1)))

@@ -181,8 +181,7 @@ def run_inject(plan: InjectPlan, *, say: Say | None = None, progress: ProgressFa
 def inject_metrics(report: Report, planted_ids: Sequence[str], label: str, k: int) -> dict[str, Any]:
     """The planted cluster's rank, whether it was accused, recall@k / precision@k and the first planted rank."""
     cluster = report.cluster(label)
-    verdict = report.verdict
-    accused = verdict.accused_clusters or ((verdict.accused_cluster,) if verdict.accused_cluster else ())
+    accused = report.verdict.accused_clusters  # read_report fills it from accused_cluster for an older report
     listed = sorted(report.top_examples, key=lambda row: row.rank)
     found = rank_planted([row.id for row in listed], planted_ids)  # a report ranks its examples 1..n, in order
     hits = found.hits_at(k)
