@@ -16,7 +16,7 @@ same data, adapter, gradient index and regressed eval items:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +70,30 @@ def load_case(workdir: Path, base_model: str, config: Any, report: Report) -> Ca
                 index=index, examples=load_dataset(workdir / "scenario" / "train.jsonl"),
                 eval_items=load_eval_dataset(workdir / "scenario" / "eval.jsonl"), items=items, config=config,
                 run_dir=workdir / "train" / "run")
+
+
+def ensemble_points(final: Case, workdir: Path) -> Iterator[tuple[Any, Case]]:
+    """(member, the case at its weights) for each point of the case's checkpoint ensemble, the adapter last.
+
+    A checkpoint's index comes from the user cache where `gradian attribute` left it (built there otherwise); with
+    ``attribution.checkpoints`` 1 the one member is the adapter, weight 1.
+    """
+    from gradian.attribution.checkpoint_ensemble import EnsembleMember, plan_ensemble
+    from gradian.grads.capture import GradientCapture
+    from gradian.index.build import build_index
+    from gradian.model.adapter_swap import checkpoint_weights
+
+    adapter = workdir / "train" / "adapter"
+    plan = plan_ensemble(final.config.attribution.checkpoints, workdir / "train" / "run", adapter,
+                         final.loaded.adapter_hash)
+    for member in plan.members or (EnsembleMember(None, adapter, None, 1.0, is_adapter=True),):
+        if member.is_adapter:
+            yield member, final
+            continue
+        with checkpoint_weights(final.loaded, member.adapter_dir) as view:
+            index = build_index(view, final.examples, final.config, None)
+            yield member, dataclasses.replace(final, loaded=view, index=index,
+                                              capture=GradientCapture.for_index(view, final.config.grads, index))
 
 
 def with_reduction(case: Case, reduction: str, directory: Path) -> Case:

@@ -7,11 +7,18 @@ row whose attacked item regressed (every one, not only the report's top five), e
 that one item's query is taken at each point the ensemble plans (its own index, preconditioner and query there),
 alone and summed with the ensemble's weights; a hit is the planted sentence ranked first.
 
-    .venv/bin/python bench/spans_checkpoints.py --cases /work/bench-cases ckpt-span-0 lr5e4-span-0
+Three sentence blames are compared (``VARIANTS``): ``restricted``, the shipped one, the gradient of the sentence's
+own tokens' loss in the whole example; ``removed``, the example's blame minus its blame with the sentence deleted
+(what dropping that sentence would change, copying from it included); ``alone``, the blame of the example with
+the sentence as its whole answer. A true sentence naming the planted city ("Its largest city is Karachi.") can
+carry the restricted blame when the wrong capital sentence after it copies the city from it.
+
+    .venv/bin/python bench/spans_checkpoints.py --cases /work/bench-cases ckpt-span-0 lr5e4-span-0 lr5e4-span-1
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -24,36 +31,67 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods nex
 RESULTS = Path(__file__).resolve().parent / "results" / "spans_checkpoints"
 
 
-def sentence_blames(case: Any, signal: str, kind: str, example: Any, item: Any) -> list[Any]:
-    """Every sentence's blame of ``example`` against ``item``'s query, under the case's weights and index."""
+VARIANTS = ("restricted", "removed", "alone")
+
+
+def sentence_blames(case: Any, signal: str, kind: str, example: Any, item: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Every sentence of ``example`` and its blame against ``item``'s query under each of ``VARIANTS``."""
     from accuracy_methods import preconditioner, query
 
+    from gradian.data.loss_mask import concrete_encoding
     from gradian.query import span_blames
 
     q = preconditioner(case, kind).apply(query(case, signal, [item]))[0]
-    return span_blames(case.capture, case.loaded.tokenizer, example, q, max_seq_length=case.config.grads.max_seq_length,
-                       batch_size=case.config.grads.batch_size)
+    grads = case.config.grads
+    blames = {}
+    for measure in ("restricted", "removed"):
+        spans = span_blames(case.capture, case.loaded.tokenizer, example, q, max_seq_length=grads.max_seq_length,
+                            batch_size=grads.batch_size, measure=measure, **concrete_encoding(grads))
+        blames[measure] = np.array([s.blame for s in spans])
+    blames["alone"] = _alone_blames(case, [_alone(example, s) for s in spans], q)
+    return spans, blames
+
+
+def _alone(example: Any, span: Any) -> Any:
+    """``example`` with the span's message reduced to that one sentence."""
+    messages = list(example.messages)
+    message = messages[span.message_index]
+    messages[span.message_index] = dataclasses.replace(message, content=message.content[span.char_start:span.char_end])
+    return dataclasses.replace(example, messages=tuple(messages))
+
+
+def _alone_blames(case: Any, examples: list[Any], q: np.ndarray) -> np.ndarray:
+    """-(q . g) of each whole example, encoded as the index encodes them."""
+    from gradian.data import encode
+    from gradian.data.loss_mask import concrete_encoding
+    from gradian.grads import collate
+
+    grads = case.config.grads
+    tokenizer = case.loaded.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out = []
+    for start in range(0, len(examples), grads.batch_size):
+        encoded = [encode(e, tokenizer, grads.max_seq_length, **concrete_encoding(grads))
+                   for e in examples[start:start + grads.batch_size]]
+        gradients = case.capture.capture(collate(encoded, pad_id)).detach().numpy().astype(np.float64)
+        out.extend((-(gradients @ np.asarray(q, dtype=np.float64))).tolist())
+    return np.array(out)
 
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     """Top-1 hits per point and for the learning-rate-weighted sum."""
-    from accuracy_methods import load_case
+    from accuracy_methods import ensemble_points, load_case
 
-    from gradian.attribution.checkpoint_ensemble import plan_ensemble
-    from gradian.demo.run import demo_config
+    from gradian.config import load_config
     from gradian.demo.scenarios import make_scenario
     from gradian.evaluation.query_signal import validate_query_signal
-    from gradian.grads.capture import GradientCapture
-    from gradian.index.build import build_index
-    from gradian.model.adapter_swap import checkpoint_weights
     from gradian.report.reader import read_report
 
     kind, seed = workdir.name.rsplit("-", 2)[-2:]
     scenario = make_scenario(kind, int(seed))
-    config = demo_config(scenario)
+    config = load_config(workdir / "config.yaml")  # the case's own, its checkpoint ensemble included
     final = load_case(workdir, base_model, config, read_report(workdir / "report"))
     signal = validate_query_signal(config.evaluation.metric, config.evaluation.query_signal).effective
-    plan = plan_ensemble(4, workdir / "train" / "run", workdir / "train" / "adapter", final.loaded.adapter_hash)
     regressed = {item.id: item for item in final.items}
     targets = [(span, regressed[t]) for span, t in zip(scenario.planted_spans, scenario.planted_targets, strict=True)
                if t in regressed]
@@ -61,50 +99,68 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     def at_point(case: Any) -> list[tuple[np.ndarray, np.ndarray]]:
         rows = []
         for span, item in targets:
-            spans = sentence_blames(case, signal, config.attribution.preconditioner, final.examples[span.row], item)
-            planted = [span.found_at(s.message_index, s.char_start, s.char_end) for s in spans]
-            rows.append((np.array([s.blame for s in spans]), np.array(planted)))
+            spans, blames = sentence_blames(case, signal, config.attribution.preconditioner,
+                                            final.examples[span.row], item)
+            planted = np.array([span.found_at(s.message_index, s.char_start, s.char_end) for s in spans])
+            rows.append(({variant: blames[variant] for variant in VARIANTS}, planted))
         return rows
 
     points = []
-    for member in plan.members:
-        if member.is_adapter:
-            rows = at_point(final)
-        else:
-            with checkpoint_weights(final.loaded, member.adapter_dir) as view:
-                index = build_index(view, final.examples, config, None)  # the ensemble's own, from the cache
-                rows = at_point(dataclasses.replace(final, loaded=view, index=index,
-                                                    capture=GradientCapture.for_index(view, config.grads, index)))
-        hits = sum(int(planted[int(np.argmax(blame))]) for blame, planted in rows)
+    for member, case in ensemble_points(final, workdir):
+        rows = at_point(case)
+        hits = {v: sum(int(planted[int(np.argmax(blame[v]))]) for blame, planted in rows) for v in VARIANTS}
         points.append({"step": member.step, "weight": member.weight, "top1_hits": hits, "rows": rows})
-        print(f"  {workdir.name} step {member.step} (weight {member.weight:.3f}): {hits}/{len(rows)}", flush=True)
-    summed = [sum(p["weight"] * p["rows"][i][0] for p in points) for i in range(len(targets))]
-    hits = sum(int(points[0]["rows"][i][1][int(np.argmax(blame))]) for i, blame in enumerate(summed))
-    print(f"  {workdir.name} learning-rate-weighted sum: {hits}/{len(targets)}", flush=True)
-    return {"case": workdir.name, "checked": len(targets), "summed_top1_hits": hits,
+        print(f"  {workdir.name} step {member.step} (weight {member.weight:.3f}): {hits} of {len(rows)}", flush=True)
+    summed = {v: sum(_summed_hits(points, i, v) for i in range(len(targets))) for v in VARIANTS}
+    print(f"  {workdir.name} learning-rate-weighted sum: {summed} of {len(targets)}", flush=True)
+    return {"case": workdir.name, "checked": len(targets), "summed_top1_hits": summed,
             "points": [{key: p[key] for key in ("step", "weight", "top1_hits")} for p in points]}
+
+
+def _summed_hits(points: list[dict[str, Any]], row: int, variant: str) -> int:
+    """1 when the planted sentence of target ``row`` leads ``variant``'s blame summed over the points by weight."""
+    blame = sum(p["weight"] * p["rows"][row][0][variant] for p in points)
+    return int(points[0]["rows"][row][1][int(np.argmax(blame))])
 
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """Top-1 hits per point and summed, per case; each case's points are its own steps."""
     width = max(len(case["points"]) for case in cases)
     lines = ["# Span top-1 localization at the checkpoint ensemble's points", "", f"`{command}`", "",
-             "Each point alone: top-1 hits (its step, its weight); the last point is the adapter.", "",
-             "| case | " + " | ".join(f"point {j + 1} alone" for j in range(width))
-             + " | learning-rate-weighted sum |", "|---|" + "---|" * (width + 1)]
-    for case in cases:
-        cells = [f"{p['top1_hits']}/{case['checked']} (step {p['step']}, {p['weight']:.3f})" for p in case["points"]]
-        cells += ["-"] * (width - len(cells))
-        lines.append(f"| {case['case']} | " + " | ".join(cells) + f" | **{case['summed_top1_hits']}/{case['checked']}** |")
+             "Each point alone: top-1 hits (its step, its weight); the last point is the adapter. Sentence blame:",
+             "restricted (shipped) = the sentence's own tokens' loss in the whole example; removed = the example's",
+             "blame minus its blame without the sentence; alone = the sentence as the whole answer.", "",
+             "| case | sentence blame | " + " | ".join(f"point {j + 1} alone" for j in range(width))
+             + " | learning-rate-weighted sum |", "|---|---|" + "---|" * (width + 1)]
+    for case in map(_by_variant, cases):
+        for variant in VARIANTS:
+            if variant not in case["summed_top1_hits"]:
+                continue
+            cells = [f"{p['top1_hits'][variant]}/{case['checked']} (step {p['step']}, {p['weight']:.3f})"
+                     for p in case["points"]] + ["-"] * (width - len(case["points"]))
+            lines.append(f"| {case['case']} | {variant} | " + " | ".join(cells)
+                         + f" | **{case['summed_top1_hits'][variant]}/{case['checked']}** |")
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Score each named case and write bench/results/spans_checkpoints.json and .md."""
-    from finished_cases import rescoring_main
+def _by_variant(case: dict[str, Any]) -> dict[str, Any]:
+    """A row with its hits per sentence-blame variant; a row measured before the variants has the shipped one's."""
+    if isinstance(case["summed_top1_hits"], dict):
+        return case
+    points = [{**p, "top1_hits": {"restricted": p["top1_hits"]}} for p in case["points"]]
+    return {**case, "summed_top1_hits": {"restricted": case["summed_top1_hits"]}, "points": points}
 
-    return rescoring_main("spans_checkpoints", __doc__.splitlines()[0], RESULTS, argv,
-                          lambda workdir, args: score_case(workdir, args.base_model), markdown)
+
+def main(argv: list[str] | None = None) -> int:
+    """Score each named case (carrying the row of one whose dir is gone) and write bench/results/spans_checkpoints.*."""
+    from finished_cases import carrying_main
+
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--base-model", default="smollm2-135m-instruct")
+
+    return carrying_main("spans_checkpoints", __doc__.splitlines()[0], RESULTS, argv,
+                         lambda workdir: (workdir / "index" / "manifest.json").is_file(),
+                         lambda workdir, args: score_case(workdir, args.base_model), markdown, options)
 
 
 if __name__ == "__main__":

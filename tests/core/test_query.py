@@ -1,4 +1,4 @@
-"""Query gradients and span drill-down on a tiny model: signs, normalization, span additivity."""
+"""Query gradients and span drill-down on a tiny model: signs, normalization, span additivity and removal."""
 
 from __future__ import annotations
 
@@ -82,6 +82,44 @@ def test_span_blames_add_up_to_the_example_blame(setup):
     whole = -(capture.capture(batch)[0].detach().double().numpy() @ query)
     rest = -(capture.capture(batch.with_labels(restrict_labels(batch.labels, ~covered)))[0].detach().double().numpy() @ query)
     assert sum(s.blame for s in spans) + rest == pytest.approx(whole, rel=1e-4)
+
+
+def _whole_blame(capture, tokenizer, example, query):
+    batch = collate([encode(example, tokenizer, 128)], tokenizer.pad_token_id)
+    return float(-(capture.capture(batch)[0].detach().double().numpy() @ query))
+
+
+def test_removed_span_blame_is_the_example_blame_minus_its_blame_without_the_sentence(setup):
+    tokenizer, loaded, capture = setup
+    sentences = ["Paris is the capital of France.", "Rome is the capital of Italy.", "Madrid is in Spain."]
+    example = make_example(0, messages=(PROMPT[0], Message("assistant", " ".join(sentences))))
+    query = np.random.default_rng(2).standard_normal(capture.dim)
+    removed = span_blames(capture, tokenizer, example, query, max_seq_length=128, measure="removed")
+    restricted = span_blames(capture, tokenizer, example, query, max_seq_length=128)
+    assert [(s.text, s.token_start, s.token_end) for s in removed] == [
+        (s.text, s.token_start, s.token_end) for s in restricted]
+    whole = _whole_blame(capture, tokenizer, example, query)
+    for dropped, span in enumerate(removed):
+        rest = " ".join(sentence for i, sentence in enumerate(sentences) if i != dropped)
+        without = make_example(0, messages=(PROMPT[0], Message("assistant", rest)))
+        assert span.blame == pytest.approx(whole - _whole_blame(capture, tokenizer, without, query),
+                                           abs=1e-4 * abs(whole))
+    assert [s.blame for s in removed] != pytest.approx([s.blame for s in restricted])
+
+
+def test_removed_span_blame_of_a_text_row_and_an_unknown_measure(setup):
+    tokenizer, loaded, capture = setup
+    example = make_example(0, text="Paris is in France.\nRome is in Italy.", format="text")
+    query = np.random.default_rng(3).standard_normal(capture.dim)
+    spans = span_blames(capture, tokenizer, example, query, max_seq_length=128, measure="removed")
+    assert [s.message_index for s in spans] == [-1, -1]
+    whole = _whole_blame(capture, tokenizer, example, query)
+    assert spans[0].blame == pytest.approx(
+        whole - _whole_blame(capture, tokenizer, make_example(0, text="Rome is in Italy.", format="text"), query), abs=1e-4 * abs(whole))
+    assert spans[1].blame == pytest.approx(
+        whole - _whole_blame(capture, tokenizer, make_example(0, text="Paris is in France.", format="text"), query), abs=1e-4 * abs(whole))
+    with pytest.raises(ValueError, match="unknown span blame"):
+        span_blames(capture, tokenizer, example, query, max_seq_length=128, measure="loo")
 
 
 @pytest.mark.parametrize("loss_mask", ["completion", "all"])

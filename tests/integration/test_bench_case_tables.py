@@ -80,3 +80,17 @@ def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base
     shutil.copytree(cases / "tiny-fact-4", moved / "tiny-fact-4", ignore=shutil.ignore_patterns("index"))
     assert methods_table.main(["--cases", str(moved), "tiny-fact-4", "--out", str(out)]) == 0  # no index: carried
     assert json.loads(out.with_suffix(".json").read_text())["cases"][0]["carried"] is True
+
+
+@pytest.mark.slow
+def test_the_normalization_table_scores_every_power_and_reproduces_the_report_at_zero(cases, tiny_base_dir, tmp_path):
+    normalization = _bench("normalization")
+    out = tmp_path / "normalization"
+    assert normalization.main(["--cases", str(cases), "tiny-fact-4", "--base-model", str(tiny_base_dir),
+                               "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert list(row["alphas"]) == [str(alpha) for alpha in normalization.ALPHAS]
+    assert all(0.0 <= m["recall_at_k"] <= 1.0 and 0.0 <= m["auprc"] <= 1.0 for m in row["alphas"].values())
+    # alpha 0 is the shipped scoring over the same checkpoint points: the report's own per-item blame
+    assert row["alphas"]["0.0"] == pytest.approx(row["report"])
+    assert "| tiny-fact-4 | held-out |" in out.with_suffix(".md").read_text()

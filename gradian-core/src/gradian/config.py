@@ -97,6 +97,9 @@ class AttributionConfig:
     permutations: int = _opt(1000, "random clusters per permutation test", min=10)
     fallback_examples: int = _opt(8, "training examples used as the target without an eval set", min=1)
     span_examples: int = _opt(5, "top examples drilled into by span", min=0)
+    span_blame: str = _opt("restricted", "a sentence's blame: removed = the example's blame minus its blame without "
+                           "the sentence; restricted = the blame of the sentence's own tokens' loss",
+                           choices=("removed", "restricted"))
     max_causes: int = _opt(3, "most causes the regressed items are split into by their query gradients (1: never)",
                            min=1)
     # 4 points of the run against the adapter alone: 0.90 / 0.75 (fact) and 0.85 / 0.50 (format) recall@k on the

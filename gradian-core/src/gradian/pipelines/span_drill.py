@@ -65,7 +65,7 @@ def span_drills(loaded: LoadedModel, examples: Sequence[Example], scores: Exampl
             for slot, (position, item) in enumerate(wanted):
                 spans = span_blames(capture, view.tokenizer, examples[position], queries[item],
                                     max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size,
-                                    **concrete_encoding(config.grads))
+                                    measure=config.attribution.span_blame, **concrete_encoding(config.grads))
                 summed[slot] = _add_weighted(summed[slot], spans, point.weight)
     return [SpanDrill(examples[position].id, position, item, tuple(spans or ()))
             for (position, item), spans in zip(wanted, summed, strict=True)]

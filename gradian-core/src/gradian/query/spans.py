@@ -1,8 +1,16 @@
 """Span drill-down: which sentence of a training example carries its blame.
 
-Whole-example influence dilutes one wrong sentence inside a long entry (the spec's ~760x); the gradient of
-the loss restricted to one sentence's tokens does not. With ``sum`` reduction the span gradients of an
-answer add up to the answer's gradient (template tokens such as the end-of-turn belong to no sentence).
+Whole-example influence dilutes one wrong sentence inside a long entry (the spec's ~760x); a sentence's own
+gradient does not. Two measures (``SPAN_BLAMES``):
+
+- ``removed``: the example's blame minus its blame with the sentence deleted, what dropping that sentence would
+  change. A true sentence that names the planted city ("Its largest city is Karachi.") before the wrong capital
+  sentence lets the later one copy the city at low loss, and the restricted measure blamed the true sentence;
+  deleting it makes the wrong sentence costlier to fit, so its removed blame is negative.
+- ``restricted``: the gradient of the loss of the sentence's own tokens in the whole example. With ``sum``
+  reduction these add up to the answer's gradient (template tokens such as the end-of-turn belong to no
+  sentence).
+
 Build the query from the one failing item the example is blamed for, not an average of items: that is the
 difference between 92% and 33% localization in the spec.
 
@@ -15,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,11 +34,16 @@ from gradian.data.loss_mask import DEFAULT_LOSS_MASK
 from gradian.query.sentences import sentence_spans
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from transformers import PreTrainedTokenizerBase
 
     from gradian.data.encode import Encoded
     from gradian.data.examples import Example
+    from gradian.grads.batch import Batch
     from gradian.grads.capture import GradientCapture
+
+SPAN_BLAMES = ("removed", "restricted")
 
 
 @dataclass(frozen=True)
@@ -47,24 +61,50 @@ class SpanBlame:
 
 def span_blames(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, example: Example, query: np.ndarray, *,
                 max_seq_length: int, batch_size: int = 8, loss_mask: str = DEFAULT_LOSS_MASK,
-                pairs: str = "template") -> list[SpanBlame]:
-    """Blame of every sentence of every supervised turn of an example: -(query . g_span).
+                pairs: str = "template", measure: str = "restricted") -> list[SpanBlame]:
+    """Blame of every sentence of every supervised turn of an example under ``measure`` (``SPAN_BLAMES``).
 
-    ``query`` is one preconditioned query vector in the capture's stored space; ``loss_mask`` and ``pairs``
-    encode the example as the index did (``gradian.data.encode.encode``).
+    ``query`` is one preconditioned query vector in the capture's stored space; blame is -(query . g).
+    ``loss_mask`` and ``pairs`` encode the example as the index did (``gradian.data.encode.encode``).
     """
-    # torch here, not at the top: gradian.evaluation imports this package and stays torch-free
-    import torch
+    if measure not in SPAN_BLAMES:
+        raise ValueError(f"unknown span blame {measure!r}; expected one of {', '.join(SPAN_BLAMES)}")
+    from gradian.grads import collate
 
-    from gradian.grads import collate, restrict_labels
+    def encoded_as_indexed(row: Example) -> Encoded:
+        return encode(row, tokenizer, max_seq_length, loss_mask=loss_mask, pairs=pairs)
 
-    encoded = encode(example, tokenizer, max_seq_length, loss_mask=loss_mask, pairs=pairs)
+    encoded = encoded_as_indexed(example)
     spans = _token_spans(example, encoded)
     if not spans:
         return []
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    base = collate([encoded], pad_id)
     query = np.asarray(query, dtype=np.float64)
+
+    def blames_of(batch: Batch) -> list[float]:
+        return (-(capture.capture(batch).detach().numpy().astype(np.float64) @ query)).tolist()
+
+    blames: list[float] = []
+    if measure == "removed":
+        whole = blames_of(collate([encoded], pad_id))[0]
+        for start in range(0, len(spans), batch_size):
+            rows = [encoded_as_indexed(_without(example, span[5], span[1], span[2]))
+                    for span in spans[start:start + batch_size]]
+            blames.extend(whole - blame for blame in blames_of(collate(rows, pad_id)))
+    else:
+        blames = _restricted(blames_of, collate([encoded], pad_id), spans, batch_size)
+    return [SpanBlame(text, cs, ce, message, ts, te, float(blame))
+            for (text, cs, ce, ts, te, message), blame in zip(spans, blames, strict=True)]
+
+
+def _restricted(blames_of: Callable[[Batch], list[float]], base: Batch,
+                spans: list[tuple[str, int, int, int, int, int]], batch_size: int) -> list[float]:
+    """Each sentence's blame from the loss of its own tokens in the whole example."""
+    # torch here, not at the top: gradian.evaluation imports this package and stays torch-free
+    import torch
+
+    from gradian.grads import restrict_labels
+
     blames: list[float] = []
     for start in range(0, len(spans), batch_size):
         chunk = spans[start:start + batch_size]
@@ -72,12 +112,21 @@ def span_blames(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, ex
         for row, span in enumerate(chunk):
             keep[row, span[3]:span[4]] = True
         repeated = base.labels.expand(len(chunk), -1)
-        batch = type(base)(base.input_ids.expand(len(chunk), -1), base.attention_mask.expand(len(chunk), -1),
-                           restrict_labels(repeated, keep))
-        gradients = capture.capture(batch).detach().numpy().astype(np.float64)
-        blames.extend((-(gradients @ query)).tolist())
-    return [SpanBlame(text, cs, ce, message, ts, te, float(blame))
-            for (text, cs, ce, ts, te, message), blame in zip(spans, blames, strict=True)]
+        blames.extend(blames_of(type(base)(base.input_ids.expand(len(chunk), -1),
+                                           base.attention_mask.expand(len(chunk), -1),
+                                           restrict_labels(repeated, keep))))
+    return blames
+
+
+def _without(example: Example, message_index: int, char_start: int, char_end: int) -> Example:
+    """The example with one sentence (and the whitespace after it) deleted from its message or text."""
+    content = (example.text or "") if message_index == -1 else example.messages[message_index].content
+    kept = (content[:char_start] + content[char_end:].lstrip()).rstrip()
+    if message_index == -1:
+        return dataclasses.replace(example, text=kept)
+    messages = list(example.messages)
+    messages[message_index] = dataclasses.replace(messages[message_index], content=kept)
+    return dataclasses.replace(example, messages=tuple(messages))
 
 
 def _token_spans(example: Example, encoded: Encoded) -> list[tuple[str, int, int, int, int, int]]:
