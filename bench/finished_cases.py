@@ -89,3 +89,14 @@ def carrying_main(tool: str, description: str, results: Path, argv: list[str] | 
     cases = [score(args.cases / name, args) if name in here else {**earlier[name], "carried": True}
              for name in args.names]
     return _write(tool, argv, args.out, cases, markdown)
+
+
+def indexed_case_main(tool: str, description: str, results: Path, argv: list[str] | None,
+                      score: Callable[[Path, str], dict[str, Any]],
+                      markdown: Callable[[list[dict[str, Any]], str], str]) -> int:
+    """``carrying_main`` for a table that loads each case's index and model: --base-model; finished = indexed."""
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--base-model", default="smollm2-135m-instruct")
+
+    return carrying_main(tool, description, results, argv, lambda case: (case / "index" / "manifest.json").is_file(),
+                         lambda case, args: score(case, args.base_model), markdown, options)

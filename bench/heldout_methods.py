@@ -18,7 +18,6 @@ A case whose work dir is gone keeps its row from the results file already writte
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -134,14 +133,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/heldout_methods.json and .md."""
-    from finished_cases import carrying_main
+    from finished_cases import indexed_case_main
 
-    def options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--base-model", default="smollm2-135m-instruct")
-
-    return carrying_main("heldout_methods", __doc__.splitlines()[0], RESULTS, argv,
-                         lambda directory: (directory / "index" / "manifest.json").is_file(),
-                         lambda directory, args: score_case(directory, args.base_model), markdown, options)
+    return indexed_case_main("heldout_methods", __doc__.splitlines()[0], RESULTS, argv, score_case, markdown)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ regression (a canned deflection), where raw blame favours long high-loss rows th
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from pathlib import Path
@@ -115,14 +114,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case (carrying the row of one whose dir is gone) and write bench/results/normalization.*."""
-    from finished_cases import carrying_main
+    from finished_cases import indexed_case_main
 
-    def options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--base-model", default="smollm2-135m-instruct")
-
-    return carrying_main("normalization", __doc__.splitlines()[0], RESULTS, argv,
-                         lambda workdir: (workdir / "index" / "manifest.json").is_file(),
-                         lambda workdir, args: score_case(workdir, args.base_model), markdown, options)
+    return indexed_case_main("normalization", __doc__.splitlines()[0], RESULTS, argv, score_case, markdown)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ carry the restricted blame when the wrong capital sentence after it copies the c
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -153,14 +152,9 @@ def _by_variant(case: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case (carrying the row of one whose dir is gone) and write bench/results/spans_checkpoints.*."""
-    from finished_cases import carrying_main
+    from finished_cases import indexed_case_main
 
-    def options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--base-model", default="smollm2-135m-instruct")
-
-    return carrying_main("spans_checkpoints", __doc__.splitlines()[0], RESULTS, argv,
-                         lambda workdir: (workdir / "index" / "manifest.json").is_file(),
-                         lambda workdir, args: score_case(workdir, args.base_model), markdown, options)
+    return indexed_case_main("spans_checkpoints", __doc__.splitlines()[0], RESULTS, argv, score_case, markdown)
 
 
 if __name__ == "__main__":
