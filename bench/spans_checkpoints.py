@@ -7,18 +7,18 @@ row whose attacked item regressed (every one, not only the report's top five), e
 that one item's query is taken at each point the ensemble plans (its own index, preconditioner and query there),
 alone and summed with the ensemble's weights; a hit is the planted sentence ranked first.
 
-Three sentence blames are compared (``VARIANTS``): ``restricted``, the shipped one, the gradient of the sentence's
-own tokens' loss in the whole example; ``removed``, the example's blame minus its blame with the sentence deleted
-(what dropping that sentence would change, copying from it included); ``alone``, the blame of the example with
-the sentence as its whole answer. A true sentence naming the planted city ("Its largest city is Karachi.") can
-carry the restricted blame when the wrong capital sentence after it copies the city from it.
+The three sentence blames of ``attribution.span_blame`` are compared (``VARIANTS``, gradian/query/spans.py):
+``restricted`` (the default), the gradient of the sentence's own tokens' loss in the whole example; ``removed``, the
+example's blame minus its blame with the sentence deleted; ``alone``, the blame of the example with the sentence as
+its whole answer. A true sentence naming the planted city
+("Its largest city is Karachi.") can carry the restricted blame when the wrong capital sentence after it copies
+the city from it.
 
-    .venv/bin/python bench/spans_checkpoints.py --cases /work/bench-cases ckpt-span-0 lr5e4-span-0 lr5e4-span-1
+    .venv/bin/python bench/spans_checkpoints.py --cases /work/bench-cases ckpt-span-0 lr5e4-span-0 lr5e4-span-1 lr5e4-span-3
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods nex
 RESULTS = Path(__file__).resolve().parent / "results" / "spans_checkpoints"
 
 
-VARIANTS = ("restricted", "removed", "alone")
+VARIANTS = ("restricted", "removed", "alone")  # the default first
 
 
 def sentence_blames(case: Any, signal: str, kind: str, example: Any, item: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -43,38 +43,11 @@ def sentence_blames(case: Any, signal: str, kind: str, example: Any, item: Any) 
     q = preconditioner(case, kind).apply(query(case, signal, [item]))[0]
     grads = case.config.grads
     blames = {}
-    for measure in ("restricted", "removed"):
+    for measure in VARIANTS:
         spans = span_blames(case.capture, case.loaded.tokenizer, example, q, max_seq_length=grads.max_seq_length,
                             batch_size=grads.batch_size, measure=measure, **concrete_encoding(grads))
         blames[measure] = np.array([s.blame for s in spans])
-    blames["alone"] = _alone_blames(case, [_alone(example, s) for s in spans], q)
     return spans, blames
-
-
-def _alone(example: Any, span: Any) -> Any:
-    """``example`` with the span's message reduced to that one sentence."""
-    messages = list(example.messages)
-    message = messages[span.message_index]
-    messages[span.message_index] = dataclasses.replace(message, content=message.content[span.char_start:span.char_end])
-    return dataclasses.replace(example, messages=tuple(messages))
-
-
-def _alone_blames(case: Any, examples: list[Any], q: np.ndarray) -> np.ndarray:
-    """-(q . g) of each whole example, encoded as the index encodes them."""
-    from gradian.data import encode
-    from gradian.data.loss_mask import concrete_encoding
-    from gradian.grads import collate
-
-    grads = case.config.grads
-    tokenizer = case.loaded.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    out = []
-    for start in range(0, len(examples), grads.batch_size):
-        encoded = [encode(e, tokenizer, grads.max_seq_length, **concrete_encoding(grads))
-                   for e in examples[start:start + grads.batch_size]]
-        gradients = case.capture.capture(collate(encoded, pad_id)).detach().numpy().astype(np.float64)
-        out.extend((-(gradients @ np.asarray(q, dtype=np.float64))).tolist())
-    return np.array(out)
 
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
@@ -127,7 +100,7 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     width = max(len(case["points"]) for case in cases)
     lines = ["# Span top-1 localization at the checkpoint ensemble's points", "", f"`{command}`", "",
              "Each point alone: top-1 hits (its step, its weight); the last point is the adapter. Sentence blame:",
-             "restricted (shipped) = the sentence's own tokens' loss in the whole example; removed = the example's",
+             "restricted (the default) = the sentence's own tokens' loss in the whole example; removed = the example's",
              "blame minus its blame without the sentence; alone = the sentence as the whole answer.", "",
              "| case | sentence blame | " + " | ".join(f"point {j + 1} alone" for j in range(width))
              + " | learning-rate-weighted sum |", "|---|---|" + "---|" * (width + 1)]

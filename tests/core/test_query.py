@@ -1,4 +1,4 @@
-"""Query gradients and span drill-down on a tiny model: signs, normalization, span additivity and removal."""
+"""Query gradients and span drill-down on a tiny model: signs, normalization, and each sentence-blame measure."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_span_blames_add_up_to_the_example_blame(setup):
     answer = "Paris is the capital of France. Rome is the capital of Italy. Madrid is in Spain."
     example = make_example(0, messages=(PROMPT[0], Message("assistant", answer)))
     query = np.random.default_rng(0).standard_normal(capture.dim)
-    spans = span_blames(capture, tokenizer, example, query, max_seq_length=128)
+    spans = span_blames(capture, tokenizer, example, query, max_seq_length=128)  # restricted, the default
     assert [s.text for s in spans] == ["Paris is the capital of France.", "Rome is the capital of Italy.",
                                        "Madrid is in Spain."]
     encoded = encode(example, tokenizer, 128)
@@ -95,7 +95,7 @@ def test_removed_span_blame_is_the_example_blame_minus_its_blame_without_the_sen
     example = make_example(0, messages=(PROMPT[0], Message("assistant", " ".join(sentences))))
     query = np.random.default_rng(2).standard_normal(capture.dim)
     removed = span_blames(capture, tokenizer, example, query, max_seq_length=128, measure="removed")
-    restricted = span_blames(capture, tokenizer, example, query, max_seq_length=128)
+    restricted = span_blames(capture, tokenizer, example, query, max_seq_length=128, measure="restricted")
     assert [(s.text, s.token_start, s.token_end) for s in removed] == [
         (s.text, s.token_start, s.token_end) for s in restricted]
     whole = _whole_blame(capture, tokenizer, example, query)
@@ -105,6 +105,25 @@ def test_removed_span_blame_is_the_example_blame_minus_its_blame_without_the_sen
         assert span.blame == pytest.approx(whole - _whole_blame(capture, tokenizer, without, query),
                                            abs=1e-4 * abs(whole))
     assert [s.blame for s in removed] != pytest.approx([s.blame for s in restricted])
+
+
+def test_alone_span_blame_is_the_blame_of_the_sentence_as_the_whole_answer(setup):
+    tokenizer, loaded, capture = setup
+    sentences = ["Paris is the capital of France.", "Rome is the capital of Italy."]
+    earlier = Message("assistant", "Sure.")
+    example = make_example(0, messages=(PROMPT[0], earlier, Message("user", "More?"),
+                                        Message("assistant", " ".join(sentences)), Message("user", "Thanks")))
+    query = np.random.default_rng(4).standard_normal(capture.dim)
+    spans = span_blames(capture, tokenizer, example, query, max_seq_length=128, measure="alone")
+    assert [s.text for s in spans] == ["Sure.", *sentences] and [s.message_index for s in spans] == [1, 3, 3]
+    # the sentence is its turn's whole answer; later turns dropped, earlier answers context only (weight 0)
+    quiet = Message("assistant", "Sure.", weight=0)
+    alone = [make_example(0, messages=(PROMPT[0], earlier)),
+             *(make_example(0, messages=(PROMPT[0], quiet, Message("user", "More?"), Message("assistant", sentence)))
+               for sentence in sentences)]
+    for span, row in zip(spans, alone, strict=True):
+        expected = _whole_blame(capture, tokenizer, row, query)
+        assert span.blame == pytest.approx(expected, abs=1e-4 * abs(expected))
 
 
 def test_removed_span_blame_of_a_text_row_and_an_unknown_measure(setup):

@@ -1,15 +1,19 @@
 """Span drill-down: which sentence of a training example carries its blame.
 
 Whole-example influence dilutes one wrong sentence inside a long entry (the spec's ~760x); a sentence's own
-gradient does not. Two measures (``SPAN_BLAMES``):
+gradient does not. Three measures (``SPAN_BLAMES``, ``attribution.span_blame``), each -(query . g) of a gradient:
 
-- ``removed``: the example's blame minus its blame with the sentence deleted, what dropping that sentence would
-  change. A true sentence that names the planted city ("Its largest city is Karachi.") before the wrong capital
-  sentence lets the later one copy the city at low loss, and the restricted measure blamed the true sentence;
-  deleting it makes the wrong sentence costlier to fit, so its removed blame is negative.
-- ``restricted``: the gradient of the loss of the sentence's own tokens in the whole example. With ``sum``
-  reduction these add up to the answer's gradient (template tokens such as the end-of-turn belong to no
-  sentence).
+- ``restricted`` (the default): the loss of the sentence's own tokens in the whole example. With ``sum``
+  reduction these add up to the answer's gradient (template tokens such as the end-of-turn belong to no sentence).
+- ``alone``: the example with the sentence as its whole answer, so nothing else in it can take the sentence's
+  blame. A true sentence that names the planted city ("Its largest city is Karachi.") before the wrong capital
+  sentence lets the later one copy the city at low loss, and the restricted measure then blames the true one
+  (the held-out span case's two misses).
+- ``removed``: the example's blame minus its blame with the sentence deleted, what dropping it would change.
+
+On the tests' tiny span fixture restricted puts the planted sentence first for 13 of 14 items, alone 10 and removed
+4; on the lr-5e-4 span tuning case all three give 12/12 summed over the checkpoint points, and alone is the one
+that gives 12/12 at every point alone (bench/results/spans_checkpoints.md).
 
 Build the query from the one failing item the example is blamed for, not an average of items: that is the
 difference between 92% and 33% localization in the spec.
@@ -43,7 +47,7 @@ if TYPE_CHECKING:
     from gradian.grads.batch import Batch
     from gradian.grads.capture import GradientCapture
 
-SPAN_BLAMES = ("removed", "restricted")
+SPAN_BLAMES = ("restricted", "alone", "removed")
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,18 @@ def span_blames(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, ex
     def blames_of(batch: Batch) -> list[float]:
         return (-(capture.capture(batch).detach().numpy().astype(np.float64) @ query)).tolist()
 
-    blames: list[float] = []
-    if measure == "removed":
-        whole = blames_of(collate([encoded], pad_id))[0]
+    def edited_blames(edit: Callable[[Example, int, int, int], Example]) -> list[float]:
+        blames: list[float] = []
         for start in range(0, len(spans), batch_size):
-            rows = [encoded_as_indexed(_without(example, span[5], span[1], span[2]))
-                    for span in spans[start:start + batch_size]]
-            blames.extend(whole - blame for blame in blames_of(collate(rows, pad_id)))
+            rows = [encoded_as_indexed(edit(example, span[5], span[1], span[2])) for span in spans[start:start + batch_size]]
+            blames.extend(blames_of(collate(rows, pad_id)))
+        return blames
+
+    if measure == "alone":
+        blames = edited_blames(_alone)
+    elif measure == "removed":
+        whole = blames_of(collate([encoded], pad_id))[0]
+        blames = [whole - blame for blame in edited_blames(_without)]
     else:
         blames = _restricted(blames_of, collate([encoded], pad_id), spans, batch_size)
     return [SpanBlame(text, cs, ce, message, ts, te, float(blame))
@@ -127,6 +136,16 @@ def _without(example: Example, message_index: int, char_start: int, char_end: in
     messages = list(example.messages)
     messages[message_index] = dataclasses.replace(messages[message_index], content=kept)
     return dataclasses.replace(example, messages=tuple(messages))
+
+
+def _alone(example: Example, message_index: int, char_start: int, char_end: int) -> Example:
+    """The example with one sentence as its whole message (or text), later turns dropped, earlier answers not trained."""
+    if message_index == -1:
+        return dataclasses.replace(example, text=(example.text or "")[char_start:char_end])
+    earlier = [dataclasses.replace(m, weight=0) if m.role == "assistant" else m for m in example.messages[:message_index]]
+    message = example.messages[message_index]
+    only = dataclasses.replace(message, content=message.content[char_start:char_end])
+    return dataclasses.replace(example, messages=(*earlier, only))
 
 
 def _token_spans(example: Example, encoded: Encoded) -> list[tuple[str, int, int, int, int, int]]:
