@@ -26,6 +26,12 @@ def _bench(name):
     return module
 
 
+def _indexed_table_row(table, cases, tiny_base_dir, out):
+    """Run a table that loads the case's index and model on tiny-fact-4; its one row."""
+    assert table.main(["--cases", str(cases), "tiny-fact-4", "--base-model", str(tiny_base_dir), "--out", str(out)]) == 0
+    return json.loads(out.with_suffix(".json").read_text())["cases"][0]
+
+
 @pytest.fixture(scope="module")
 def cases(tiny_base_dir, tmp_path_factory):
     """A directory holding one finished demo case, ``tiny-fact-4`` (a held-out seed), on the tiny model."""
@@ -60,9 +66,7 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
 def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base_dir, tmp_path):
     methods_table = _bench("heldout_methods")
     out = tmp_path / "methods"
-    assert methods_table.main(["--cases", str(cases), "tiny-fact-4", "--base-model", str(tiny_base_dir),
-                               "--out", str(out)]) == 0
-    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    row = _indexed_table_row(methods_table, cases, tiny_base_dir, out)
     names = list(row["methods"])
     assert names[0] == methods_table.GRADIAN
     assert {"grad dot (TracIn, final adapter)", "LESS (adam, cosine)", "DataInf", "BM25",
@@ -86,9 +90,7 @@ def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base
 def test_the_normalization_table_scores_every_power_and_reproduces_the_report_at_zero(cases, tiny_base_dir, tmp_path):
     normalization = _bench("normalization")
     out = tmp_path / "normalization"
-    assert normalization.main(["--cases", str(cases), "tiny-fact-4", "--base-model", str(tiny_base_dir),
-                               "--out", str(out)]) == 0
-    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    row = _indexed_table_row(normalization, cases, tiny_base_dir, out)
     assert list(row["alphas"]) == [str(alpha) for alpha in normalization.ALPHAS]
     assert all(0.0 <= m["recall_at_k"] <= 1.0 and 0.0 <= m["auprc"] <= 1.0 for m in row["alphas"].values())
     # alpha 0 is the shipped scoring over the same checkpoint points: the report's own per-item blame
