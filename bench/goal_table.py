@@ -92,20 +92,27 @@ def score_case(directory: Path) -> dict[str, Any]:
     return row
 
 
+def report_item_blame(report_dir: Path) -> tuple[list[dict[str, str]], list[str], np.ndarray]:
+    """The report's scores.csv rows by position, its item ids and their per-item blame [rows, items]."""
+    from gradian.report.scores import ITEM_PREFIX
+
+    with (report_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
+        rows = sorted(csv.DictReader(handle), key=lambda r: int(r["position"]))
+    item_ids = [name.removeprefix(ITEM_PREFIX) for name in rows[0] if name.startswith(ITEM_PREFIX)]
+    return rows, item_ids, np.array([[float(r[ITEM_PREFIX + item]) for item in item_ids] for r in rows])
+
+
 def cause_scores(report_dir: Path, scenario: Any) -> dict[str, dict[str, Any]] | None:
     """Per planted cluster: recall@k / AUPRC of its rows in the blame of the cause accusing it (None: one cause)."""
     from gradian.attribution.scoring import rescore_items
     from gradian.evaluation.ground_truth import GroundTruth
-    from gradian.report.scores import CAUSE_PREFIX, ITEM_PREFIX
+    from gradian.report.scores import CAUSE_PREFIX
 
     document = json.loads((report_dir / "report.json").read_text())
     causes = document.get("causes") or []
     if len(causes) < 2:
         return None
-    with (report_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
-        rows = sorted(csv.DictReader(handle), key=lambda r: int(r["position"]))
-    item_ids = [name.removeprefix(ITEM_PREFIX) for name in rows[0] if name.startswith(ITEM_PREFIX)]
-    matrix = np.array([[float(r[ITEM_PREFIX + item]) for item in item_ids] for r in rows])
+    rows, item_ids, matrix = report_item_blame(report_dir)
     ids = [r["id"] for r in rows]
     settings = document["provenance"]["config"]["attribution"]
     out: dict[str, dict[str, Any]] = {}

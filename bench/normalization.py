@@ -4,15 +4,15 @@ RelatIF-style: each training row's blame at a point is divided by its gradient n
 (0: the shipped raw dot product; 1: cosine, ``attribution.normalize``), then summed over the ensemble's points
 with its learning-rate weights and aggregated as shipped (mean of per-item z-scores). Per finished demo case:
 recall@k / AUPRC per alpha, beside them the same metrics of the report's own per-item blame (scores.csv, every
-regressed item, before any split into causes), which alpha 0 reproduces, and whether the regressed items all generated one identical answer, the mark of a behaviour
-regression (a canned deflection), where raw blame favours long high-loss rows that happen to share the topic.
+regressed item, before any split into causes), which alpha 0 reproduces, and whether the regressed items all
+generated one identical answer, the mark of a behaviour regression (a canned deflection), where raw blame favours
+long high-loss rows that happen to share the topic.
 
     .venv/bin/python bench/normalization.py --cases /work/bench-cases lr5e4-behaviour-0 lr5e4-behaviour-1
 """
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,22 +38,10 @@ def point_blame(case: Any, signal: str) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(raw), np.concatenate(norms)
 
 
-def report_item_blame(report_dir: Path, rows: int) -> tuple[list[str], np.ndarray]:
-    """The report's item ids and per-item blame [examples, items] by position, from its scores.csv."""
-    from gradian.report.scores import ITEM_PREFIX
-
-    with (report_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
-        records = list(csv.DictReader(handle))
-    columns = [name for name in records[0] if name.startswith(ITEM_PREFIX)]
-    matrix = np.zeros((rows, len(columns)))
-    for record in records:
-        matrix[int(record["position"])] = [float(record[name]) for name in columns]
-    return [name[len(ITEM_PREFIX):] for name in columns], matrix
-
-
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     """recall@k / AUPRC of the ensemble's blame per alpha on one case."""
     from accuracy_methods import ensemble_points, load_case
+    from goal_table import report_item_blame
     from goal_table import score_case as goal_row
 
     from gradian.attribution.scoring import rescore_items
@@ -88,7 +76,7 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
                                                  for w, raw, norms in points)) for alpha in ALPHAS}
     answers = {(item.finetuned_output or "").strip() for item in final.items}
     row = {"case": workdir.name, "kind": goal["kind"], "held_out": goal["held_out"], "alphas": alphas,
-           "report": measured(*report_item_blame(workdir / "report", len(ids))),
+           "report": measured(*report_item_blame(workdir / "report")[1:]),
            "one_answer": len(answers) == 1, "items": len(final.items)}
     print(f"  {workdir.name}: " + "; ".join(f"alpha {a} {m['recall_at_k']:.2f} / {m['auprc']:.2f}"
                                              for a, m in alphas.items()), flush=True)
