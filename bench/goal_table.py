@@ -85,11 +85,20 @@ def score_case(directory: Path) -> dict[str, Any]:
             # Where the report split the regression into causes, each planted cluster is looked for in the
             # ranking of the cause that accuses it (what the report lists for that cause), not in cause 1's.
             row["lead_recall_at_k"], row["lead_auprc"] = row["recall_at_k"], row["auprc"]
+            ranking = json.loads((directory / "report" / "report.json").read_text())["scores"].get("ranking")
+            row["lead_ranking"] = "overall" if ranking == "overall" else "cause 1"  # reports before the overall ranking
             row["by_cause"] = by_cause
             rows_total = sum(entry["rows"] for entry in by_cause.values())
             for metric in ("recall_at_k", "auprc"):
                 row[metric] = sum(entry[metric] * entry["rows"] for entry in by_cause.values()) / rows_total
     return row
+
+
+def _lead_ranking(case: dict[str, Any]) -> str:
+    """What scores.csv's blame ranked in a case the report split into causes."""
+    if case.get("lead_ranking") == "overall":
+        return "the overall ranking of the accusing causes"
+    return "cause 1's ranking alone"
 
 
 def report_item_blame(report_dir: Path) -> tuple[list[dict[str, str]], list[str], np.ndarray]:
@@ -196,8 +205,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
         each = "; ".join(f"`{name}` in cause {e['cause']}'s ranking {_number(e['recall_at_k'])} / {_number(e['auprc'])}"
                          for name, e in c["by_cause"].items())
         lines += ["", f"\\* {c['case']}: the report split the regression into causes, so each planted cluster is scored "
-                      f"in the ranking of the cause that accuses it, weighted by its rows ({each}); in cause 1's "
-                      f"ranking alone (scores.csv's blame): {_number(c['lead_recall_at_k'])} / {_number(c['lead_auprc'])}."]
+                      f"in the ranking of the cause that accuses it, weighted by its rows ({each}); in "
+                      f"{_lead_ranking(c)} (scores.csv's blame): {_number(c['lead_recall_at_k'])} / "
+                      f"{_number(c['lead_auprc'])}."]
     carried = [c["case"] for c in cases if c.get("carried")]
     if carried:
         lines += ["", f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]

@@ -4,6 +4,7 @@ cause is never split; the per-group blame is the same as scoring those items alo
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -68,6 +69,20 @@ def test_two_causes_are_split_and_each_accuses_its_own_cluster():
     # Each cause's blame ranks its own planted rows above what the pooled query does.
     assert _recall(by_cluster["vendor-a"].scores.blame, a) > _recall(whole.blame, a)
     assert _recall(by_cluster["vendor-b"].scores.blame, b) > _recall(whole.blame, b)
+
+
+def test_the_overall_ranking_holds_every_accused_causes_rows():
+    train, queries, item_ids, rows, a, b = _two_causes()
+    split, whole, _ = _attributed(train, queries, item_ids, rows)
+    planted = np.concatenate([a, b])
+    overall = split.overall_blame()
+    # Cause 1's ranking alone leaves the other cause's rows behind; the overall ranking takes both causes' tops.
+    assert _recall(overall, planted) > _recall(split.primary.scores.blame, planted)
+    assert _recall(overall, planted) >= _recall(whole.blame, planted)
+    by_cluster = {cause.accused.name: cause.scores.blame for cause in split.causes}
+    assert _recall(overall, planted) >= min(_recall(by_cluster["vendor-a"], a), _recall(by_cluster["vendor-b"], b))
+    one, _, _ = _attributed(train, queries[:6], item_ids[:6], rows)
+    assert one.overall_blame() is None  # one cause: its own blame ranks the examples
 
 
 def test_items_no_cluster_explains_are_reported_as_a_cause_without_a_data_cause():
@@ -172,14 +187,20 @@ def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     assert len(set(each)) == 2 and report["verdict"]["accused_clusters"] == each
     assert all(f"`{name}`" in report["verdict"]["headline"] for name in each)
     assert accused_names(report) == tuple(each)
-    write_report(report, tmp_path, scores=lead.scores, clusters=lead.clusters, draw_plots=False,
-                 cause_blame=[cause.scores.blame for cause in split.causes])
+    files = write_report(report, tmp_path, scores=lead.scores, clusters=lead.clusters, draw_plots=False,
+                         cause_blame=[cause.scores.blame for cause in split.causes],
+                         overall_blame=split.overall_blame())
     assert read_report(tmp_path).accused_names == tuple(each)
     with (tmp_path / "scores.csv").open(newline="") as handle:  # every cause's ranking is saved, not only cause 1's
         rows = sorted(csv.DictReader(handle), key=lambda row: int(row["position"]))
     for number, cause in enumerate(split.causes, start=1):
         np.testing.assert_array_equal([float(row[f"blame:cause-{number}"]) for row in rows], cause.scores.blame)
-    assert [row["blame"] for row in rows] == [row["blame:cause-1"] for row in rows]
+    # rank and blame are the overall ranking, so export --drop top:K takes both causes' most blamed rows
+    np.testing.assert_array_equal([float(row["blame"]) for row in rows], split.overall_blame())
+    top = [row["cluster"] for row in sorted(rows, key=lambda row: int(row["rank"]))[:24]]
+    assert top.count("vendor-a") >= 6 and top.count("vendor-b") >= 6
+    assert json.loads(files.json.read_text())["scores"]["ranking"] == "overall"
+    assert "rank every accused cause together" in files.markdown.read_text()
     printed = verdict_text(read_report(tmp_path))
     assert all(f"accused cluster: {name} (" in printed for name in each)
     markdown = render_markdown(report)

@@ -434,7 +434,8 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
     split = causes is not None and len(causes.causes) > 1
     cause_blame = [cause.scores.blame for cause in causes.causes] if split else []
     files = write_report(report, Path(out), scores=scores, clusters=clusters, item_blame=item_blame,
-                         item_ids=item_ids, cause_blame=cause_blame)
+                         item_ids=item_ids, cause_blame=cause_blame,
+                         overall_blame=causes.overall_blame() if split else None)
     return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))
 
 

@@ -253,7 +253,7 @@ def _assemble(*, verdict: dict, capability: dict | None, query_signal: dict, met
         "spans": spans,
         "warnings": [{"code": w.code, "message": w.message} for w in warnings],
         "plots": {"files": [], "note": "plots not written (write_report writes them)"},
-        "scores": {"files": [], "rows": 0, "columns": [], "order": None,
+        "scores": {"files": [], "rows": 0, "columns": [], "order": None, "ranking": None,
                    "note": "scores not written (write_report writes them)"},
         "provenance": {
             "command": provenance.command,

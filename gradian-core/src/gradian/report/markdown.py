@@ -110,6 +110,9 @@ def _scores(scores: Mapping[str, Any]) -> str:
         links = ", ".join(f"[{name}]({name})" for name in files)
         lines.append(f"Every example's score ({scores.get('rows')} rows, most blamed first; position, id, rank, blame, "
                      f"cluster, accused, one `item:<id>` column per query item): {links}.")
+        if scores.get("ranking") == "overall":
+            lines.append("Its rank and blame rank every accused cause together: each example's highest blame among "
+                         "them, each cause's standardized over the examples (its own in `blame:cause-<n>`).")
     if scores.get("note"):
         lines += (["", scores["note"]] if lines else [scores["note"]])
     return "\n".join(lines)

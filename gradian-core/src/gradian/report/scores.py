@@ -3,7 +3,9 @@
 One row per training example, most blamed first: ``position`` (row in the dataset, 0-based), ``id``, ``rank``
 (1 = most blamed), ``blame`` (aggregated), ``cluster`` (its cluster's name, empty without clusters),
 ``accused`` (whether that cluster is accused); where the regression split into causes, one ``blame:cause-<n>``
-column per cause (its blame; ``blame`` is cause 1's, which the report leads with); then one
+column per cause (its blame), and ``blame`` / ``rank`` are cause 1's, or, where two or more causes accuse a cluster,
+each example's highest standardized blame among those causes (``CauseSplit.overall_blame``), so the top rows hold
+every accused cause's most blamed examples; then one
 ``item:<eval item id>`` column per query item holding that item's raw blame -(P q) . g before any per-item
 standardization (the same numbers as report.json's ``item_blame``). Wide, one column per item, because that is
 what ``pandas.read_csv`` users index by; a report without per-item numbers has no item columns.
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from gradian.attribution.aggregation import ranks_of
 from gradian.errors import GradianError
 
 if TYPE_CHECKING:
@@ -47,6 +50,7 @@ class ScoreTable:
     items: tuple[str, ...]
     item_blame: np.ndarray | None  # [rows, items] in row order, or None without per-item numbers
     cause_blame: tuple[np.ndarray, ...] = ()  # each cause's blame in row order (none: one cause)
+    ranking: str = "blame"  # blame and rank: "blame" (the scores' own) or "overall" (over the accusing causes)
 
     @property
     def cause_columns(self) -> tuple[str, ...]:
@@ -66,13 +70,19 @@ def parquet_available() -> bool:
 
 def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | None = None,
                 accused: Sequence[str] = (), item_blame: np.ndarray | None = None,
-                item_ids: Sequence[str] | None = None, cause_blame: Sequence[np.ndarray] = ()) -> ScoreTable:
+                item_ids: Sequence[str] | None = None, cause_blame: Sequence[np.ndarray] = (),
+                overall: np.ndarray | None = None) -> ScoreTable:
     """The table of an ExampleScores, ``cluster_names`` per position and the ``[examples, items]`` per-item blame.
 
     ``item_ids`` names the per-item columns when they are not the scores' own items (every regressed item, when the
-    blame is one cause's); ``cause_blame`` is each cause's blame by position, when there are several.
+    blame is one cause's); ``cause_blame`` is each cause's blame by position, when there are several; ``overall``
+    (by position) replaces the scores' blame and rank: the causes' overall ranking.
     """
-    order = np.asarray(scores.order(), dtype=np.int64)
+    blame = np.asarray(scores.blame if overall is None else overall, dtype=np.float64)
+    if blame.shape != (len(scores),):
+        raise ValueError("overall needs one value per example")
+    ranks = np.asarray(scores.ranks if overall is None else ranks_of(blame), dtype=np.int64)
+    order = np.argsort(ranks, kind="stable")
     names = tuple(cluster_names) if cluster_names is not None else (None,) * len(scores)
     blocked = set(accused)
     columns = tuple(item_ids) if item_ids is not None else tuple(scores.item_ids)
@@ -84,10 +94,11 @@ def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | 
         per_item = per_item[order]
     return ScoreTable(
         position=order, ids=tuple(scores.ids[p] for p in order),
-        rank=np.asarray(scores.ranks, dtype=np.int64)[order], blame=np.asarray(scores.blame, dtype=np.float64)[order],
+        rank=ranks[order], blame=blame[order],
         cluster=tuple(names[p] for p in order), accused=np.array([names[p] in blocked for p in order], dtype=bool),
         items=columns if per_item is not None else (), item_blame=per_item,
-        cause_blame=tuple(np.asarray(blame, dtype=np.float64)[order] for blame in cause_blame))
+        cause_blame=tuple(np.asarray(cause, dtype=np.float64)[order] for cause in cause_blame),
+        ranking="blame" if overall is None else "overall")
 
 
 def csv_rows(table: ScoreTable) -> Iterator[list[str]]:
@@ -131,9 +142,9 @@ def write_parquet(table: ScoreTable, path: Path) -> None:
 def scores_section(table: ScoreTable | None, files: Sequence[str], note: str | None) -> dict[str, Any]:
     """What report.json says about the scores files: names, rows, columns, and why one is missing."""
     if table is None:
-        return {"files": [], "rows": 0, "columns": [], "order": None, "note": note}
+        return {"files": [], "rows": 0, "columns": [], "order": None, "ranking": None, "note": note}
     return {"files": list(files), "rows": len(table.ids), "columns": list(table.columns),
-            "order": "rank (most blamed first)", "note": note}
+            "order": "rank (most blamed first)", "ranking": table.ranking, "note": note}
 
 
 @dataclass(frozen=True)
