@@ -80,13 +80,17 @@ def score_case(directory: Path) -> dict[str, Any]:
     if scenario.planted_rows and scored and report.verdict.kind in ("attributed", "no_capability_target"):
         truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
         row.update(truth.score(blame_vector(directory / "report", len(scenario.train))))
-        by_cause = cause_scores(directory / "report", scenario)
-        if by_cause:
+        split = cause_scores(directory / "report", scenario, truth)
+        if split:
             # Where the report split the regression into causes, each planted cluster is looked for in the
             # ranking of the cause that accuses it (what the report lists for that cause), not in cause 1's.
+            by_cause = split["clusters"]
             row["lead_recall_at_k"], row["lead_auprc"] = row["recall_at_k"], row["auprc"]
             ranking = json.loads((directory / "report" / "report.json").read_text())["scores"].get("ranking")
             row["lead_ranking"] = "overall" if ranking == "overall" else "cause 1"  # reports before the overall ranking
+            if split["overall"] is not None:
+                row["overall_recall_at_k"], row["overall_auprc"] = (split["overall"]["recall_at_k"],
+                                                                    split["overall"]["auprc"])
             row["by_cause"] = by_cause
             rows_total = sum(entry["rows"] for entry in by_cause.values())
             for metric in ("recall_at_k", "auprc"):
@@ -101,6 +105,14 @@ def _lead_ranking(case: dict[str, Any]) -> str:
     return "cause 1's ranking alone"
 
 
+def _overall(case: dict[str, Any]) -> str:
+    """The overall ranking's figures, where scores.csv's blame was still cause 1's."""
+    if case.get("lead_ranking") == "overall" or "overall_recall_at_k" not in case:
+        return ""
+    return (f"; in the overall ranking of the accusing causes (what scores.csv's blame holds in reports written since): "
+            f"{_number(case['overall_recall_at_k'])} / {_number(case['overall_auprc'])}")
+
+
 def report_item_blame(report_dir: Path) -> tuple[list[dict[str, str]], list[str], np.ndarray]:
     """The report's scores.csv rows by position, its item ids and their per-item blame [rows, items]."""
     from gradian.report.scores import ITEM_PREFIX
@@ -111,10 +123,9 @@ def report_item_blame(report_dir: Path) -> tuple[list[dict[str, str]], list[str]
     return rows, item_ids, np.array([[float(r[ITEM_PREFIX + item]) for item in item_ids] for r in rows])
 
 
-def cause_scores(report_dir: Path, scenario: Any) -> dict[str, dict[str, Any]] | None:
-    """Per planted cluster: recall@k / AUPRC of its rows in the blame of the cause accusing it (None: one cause)."""
+def cause_blames(report_dir: Path) -> tuple[list[dict[str, Any]], list[np.ndarray]] | None:
+    """report.json's causes and each cause's blame by position (None: one cause)."""
     from gradian.attribution.scoring import rescore_items
-    from gradian.evaluation.ground_truth import GroundTruth
     from gradian.report.scores import CAUSE_PREFIX
 
     document = json.loads((report_dir / "report.json").read_text())
@@ -124,21 +135,38 @@ def cause_scores(report_dir: Path, scenario: Any) -> dict[str, dict[str, Any]] |
     rows, item_ids, matrix = report_item_blame(report_dir)
     ids = [r["id"] for r in rows]
     settings = document["provenance"]["config"]["attribution"]
+    blames = []
+    for cause in causes:
+        column = f"{CAUSE_PREFIX}{cause['cause']}"
+        if column in rows[0]:  # saved by the report since it keeps every cause's blame
+            blames.append(np.array([float(r[column]) for r in rows]))
+        else:  # an earlier report: the same scoring over the cause's item columns
+            columns = [item_ids.index(item) for item in cause["items"]]
+            blames.append(rescore_items(matrix, ids, item_ids, columns, aggregation=settings["aggregation"],
+                                        normalize=settings["normalize"]).blame)
+    return causes, blames
+
+
+def cause_scores(report_dir: Path, scenario: Any, truth: Any) -> dict[str, dict[str, Any]] | None:
+    """Per planted cluster: recall@k / AUPRC of its rows in the blame of the cause accusing it, and under
+    ``"overall"`` every planted row's in the overall ranking of the accusing causes (None: one cause)."""
+    from gradian.attribution.causes import highest_standardized
+    from gradian.evaluation.ground_truth import GroundTruth
+
+    found = cause_blames(report_dir)
+    if found is None:
+        return None
+    causes, blames = found
     out: dict[str, dict[str, Any]] = {}
     for cluster in scenario.planted_clusters:
         number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
-        column = f"{CAUSE_PREFIX}{number}"
-        if column in rows[0]:  # saved by the report since it keeps every cause's blame
-            blame = [float(r[column]) for r in rows]
-        else:  # an earlier report: the same scoring over the cause's item columns
-            columns = [item_ids.index(item) for item in causes[number - 1]["items"]]
-            blame = rescore_items(matrix, ids, item_ids, columns, aggregation=settings["aggregation"],
-                                  normalize=settings["normalize"]).blame
         planted = scenario.cluster_rows(cluster)
-        truth = GroundTruth(planted_rows=planted, sources=tuple(str(e.fields[scenario.cluster_field])
-                                                                  for e in scenario.train))
-        out[cluster] = {"cause": number, "rows": len(planted), **truth.score(np.asarray(blame))}
-    return out
+        one = GroundTruth(planted_rows=planted, sources=tuple(str(e.fields[scenario.cluster_field])
+                                                              for e in scenario.train))
+        out[cluster] = {"cause": number, "rows": len(planted), **one.score(blames[number - 1])}
+    accusing = [blame for cause, blame in zip(causes, blames, strict=True) if cause["accused_clusters"]]
+    overall = truth.score(highest_standardized(accusing)) if len(accusing) >= 2 else None
+    return {"clusters": out, "overall": overall}
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -207,7 +235,7 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
         lines += ["", f"\\* {c['case']}: the report split the regression into causes, so each planted cluster is scored "
                       f"in the ranking of the cause that accuses it, weighted by its rows ({each}); in "
                       f"{_lead_ranking(c)} (scores.csv's blame): {_number(c['lead_recall_at_k'])} / "
-                      f"{_number(c['lead_auprc'])}."]
+                      f"{_number(c['lead_auprc'])}{_overall(c)}."]
     carried = [c["case"] for c in cases if c.get("carried")]
     if carried:
         lines += ["", f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]

@@ -75,9 +75,7 @@ class CauseSplit:
     def overall_blame(self) -> np.ndarray | None:
         """Each example's highest standardized blame over the causes that accuse a cluster; None under two such."""
         accusing = [cause.scores.blame for cause in self.causes if cause.accused is not None]
-        if len(accusing) < 2:
-            return None
-        return np.max([_standardized(blame) for blame in accusing], axis=0)
+        return highest_standardized(accusing) if len(accusing) >= 2 else None
 
 
 def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], gram: np.ndarray,
@@ -116,11 +114,14 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
     return CauseSplit(tuple(causes), groups=k)
 
 
-def _standardized(blame: np.ndarray) -> np.ndarray:
-    """``blame`` as z-scores over the examples (all zeros when every example has the same blame)."""
-    blame = np.asarray(blame, dtype=np.float64)
-    std = blame.std()
-    return (blame - blame.mean()) / std if std > 0 else np.zeros_like(blame)
+def highest_standardized(blames: Sequence[np.ndarray]) -> np.ndarray:
+    """Each example's highest blame over ``blames``, each first made z-scores over the examples."""
+    out = []
+    for blame in blames:
+        blame = np.asarray(blame, dtype=np.float64)
+        std = blame.std()
+        out.append((blame - blame.mean()) / std if std > 0 else np.zeros_like(blame))
+    return np.max(out, axis=0)
 
 
 def group_items(gram: np.ndarray, k: int, *, seed: int = 0) -> np.ndarray:
