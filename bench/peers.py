@@ -297,7 +297,7 @@ NOTES = [
 
 def main(argv: list[str] | None = None) -> int:
     """Run the peers on each named case and write bench/results/peers.json and .md."""
-    from finished_cases import write_results
+    from finished_cases import earlier_rows, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
@@ -321,17 +321,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.peers = [p for p in args.peers.split(",") if p]
-    missing = [name for name in args.names if not (args.cases / name / "report" / "report.json").is_file()]
+    earlier = earlier_rows(args.out)  # a case dir is ~8 GB and not kept: a row once measured stays, carried
+    here = {name for name in args.names if (args.cases / name / "report" / "report.json").is_file()}
+    missing = [name for name in args.names if name not in here and name not in earlier]
     if missing:
-        print(f"peers: no finished case {', '.join(missing)} under {args.cases}", file=sys.stderr)
+        print(f"peers: no finished case {', '.join(missing)} under {args.cases} and no earlier row in {args.out}",
+              file=sys.stderr)
         return 2
-    cases = [score_case(args.cases / name, args) for name in args.names]
+    cases = [score_case(args.cases / name, args) if name in here else {**earlier[name], "carried": True}
+             for name in args.names]
     given = list(argv if argv is not None else sys.argv[1:])
     shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
     command = "python bench/peers.py " + " ".join(shown) + (" --note ... (the notes below)" if args.note else "")
     notes = list(NOTES) + [f"- {note}" for note in args.note]
     if args.max_queries:
         notes.append(f"- Cut to the first {args.max_queries} regressed items per case (--max-queries).")
+    carried = [case["case"] for case in cases if case.get("carried")]
+    if carried:
+        notes.append(f"- Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}.")
     if args.fit_rows:
         notes.append(f"- Cut to fit the time on two shared cores: each peer's EK-FAC factors (covariances, eigenvalue "
                      f"correction) were fitted on the first {args.fit_rows} training rows (--fit-rows); every row is "
