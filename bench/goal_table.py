@@ -5,7 +5,8 @@ defaults under test (its report's provenance holds the config). Per case: the ca
 of the whole blame vector (scores.csv), whether the verdict accuses the planted cluster(s) and nothing else (a clean
 control: nothing), span top-1 localization, and, where `gradian verify --report <case>/report --out <case>/verify`
 has run, the share of the lost capability that dropping the accused rows and a random set as large gave back.
-Seeds 0-2 tuned the defaults; seeds 3-5 are held out, and the goal rows are computed on them only.
+Seeds 0-2 tuned the defaults; seeds 3-5 are held out (and any later seed: nothing was tuned on them), and the goal
+rows are computed on them only.
 
     .venv/bin/python bench/goal_table.py --cases /work/bench-cases lr5e4-fact-3 lr5e4-format-3 ...
 
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results" / "goal_table"
-HELD_OUT_SEEDS = (3, 4, 5)
+FIRST_HELD_OUT_SEED = 3
 
 
 def case_name(directory: Path) -> tuple[str, int]:
@@ -68,7 +69,7 @@ def score_case(directory: Path) -> dict[str, Any]:
     check = check_ground_truth(scenario, report)
     capability = report.capability
     row: dict[str, Any] = {
-        "case": directory.name, "kind": kind, "seed": seed, "held_out": seed in HELD_OUT_SEEDS,
+        "case": directory.name, "kind": kind, "seed": seed, "held_out": seed >= FIRST_HELD_OUT_SEED,
         "verdict": report.verdict.kind, "accused": list(check.accused),
         "planted_clusters": list(check.planted_clusters), "verdict_right": check.verdict_right,
         "delta": capability.delta if capability else None,

@@ -105,6 +105,37 @@ def test_a_cause_accuses_only_below_alpha_over_the_groups():
     assert _recall(split.primary.scores.blame, a) > _recall(whole.blame, a)
 
 
+def test_an_accusation_one_item_carries_alone_does_not_stand():
+    """Item 0 points at the clean `docs` rows' shared direction, item 1 at nothing: together they accuse `docs`, but
+    left without item 0 they do not, so the cause accuses nothing; vendor-a's six items accuse it with any one out."""
+    from gradian.attribution.causes import Cause, _attributed, _jackknifed
+
+    train, queries, item_ids, rows, _, _ = _two_causes()
+    rng = np.random.default_rng(5)
+    docs = np.array([row["source"] == "docs" for row in rows])
+    shared = np.linalg.qr(rng.normal(size=(DIM, 1)))[0][:, 0]
+    train = train.copy()
+    train[docs] -= 1.5 * shared  # blame is -q . g: rows against the item's gradient are blamed
+    lone = np.stack([shared + 0.1 * rng.normal(size=DIM), rng.normal(size=DIM)])
+    queries = np.concatenate([queries, lone])
+    item_ids = [*item_ids, "item-lone", "item-noise"]
+    ids = [f"row-{i:04d}" for i in range(N)]
+    collector = ItemBlameCollector()
+    score_examples(ArraySource(train, ids), queries, item_ids=item_ids, item_sink=collector)
+    matrix, assignment = collector.matrix(), clusters_from_field(rows, "source", ids=ids)
+    config = AttributionConfig(cluster_field="source", permutations=300)
+    for columns, accused in (([11, 12], None), (list(range(6)), "vendor-a")):
+        cause = Cause(tuple(item_ids[c] for c in columns),
+                      *_attributed(columns, matrix, ids, item_ids, assignment, config))
+        held = _jackknifed(cause, matrix, ids, item_ids, assignment, config)
+        if accused is None:
+            assert cause.accused is not None and cause.accused.name == "docs"  # both items together accuse docs
+        assert (held.accused.name if held.accused else None) == accused
+        assert [s.name for s in held.clusters.scores] == [s.name for s in cause.clusters.scores]  # z and rank kept
+        assert all(h.p_adjusted >= c.p_adjusted for h, c in zip(held.clusters.scores, cause.clusters.scores,
+                                                                        strict=True))
+
+
 def test_a_split_that_accuses_nothing_at_the_corrected_alpha_gives_way_to_all_items():
     train, queries, item_ids, rows, _, _ = _two_causes(seed=1, unexplained_items=4, b_push=0.3)
     split, whole, clusters = _attributed(train, queries, item_ids, rows, permutations=40)  # p >= 1/41 > 0.05/3
