@@ -210,11 +210,15 @@ def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
         right = [c["verdict_right"] for c in rows if c["verdict_right"] is not None]
         hits, checked = sum(c["span_hits"] for c in rows), sum(c["span_checked"] for c in rows)
         verified = [c["verify"] for c in rows if c.get("verify")]
-        met = sum(_verify_met(v) for v in verified)
+        if not verified:
+            checks = "-"
+        elif all(not c["planted_clusters"] for c in rows):  # a control: verify should refute what was accused
+            checks = f"{sum(not v['confirmed'] for v in verified)}/{len(verified)} false accusations refuted"
+        else:
+            checks = f"{sum(_verify_met(v) for v in verified)}/{len(verified)}"
         lines.append(f"| {kind} | {len(rows)} | {_number(np.mean(recalls)) if recalls else '-'} | "
                      f"{_number(min(recalls)) if recalls else '-'} | {sum(right)}/{len(right)} | "
-                     f"{f'{hits}/{checked} ({hits / checked:.0%})' if checked else '-'} | "
-                     f"{f'{met}/{len(verified)}' if verified else '-'} |")
+                     f"{f'{hits}/{checked} ({hits / checked:.0%})' if checked else '-'} | {checks} |")
     return lines
 
 
