@@ -87,8 +87,7 @@ def score_case(directory: Path) -> dict[str, Any]:
             # ranking of the cause that accuses it (what the report lists for that cause), not in cause 1's.
             by_cause = split["clusters"]
             row["lead_recall_at_k"], row["lead_auprc"] = row["recall_at_k"], row["auprc"]
-            ranking = json.loads((directory / "report" / "report.json").read_text())["scores"].get("ranking")
-            row["lead_ranking"] = "overall" if ranking == "overall" else "cause 1"  # reports before the overall ranking
+            row["lead_ranking"] = "overall" if split["ranking"] == "overall" else "cause 1"  # earlier reports: cause 1
             if split["overall"] is not None:
                 row["overall_recall_at_k"], row["overall_auprc"] = (split["overall"]["recall_at_k"],
                                                                     split["overall"]["auprc"])
@@ -124,8 +123,8 @@ def report_item_blame(report_dir: Path) -> tuple[list[dict[str, str]], list[str]
     return rows, item_ids, np.array([[float(r[ITEM_PREFIX + item]) for item in item_ids] for r in rows])
 
 
-def cause_blames(report_dir: Path) -> tuple[list[dict[str, Any]], list[np.ndarray]] | None:
-    """report.json's causes and each cause's blame by position (None: one cause)."""
+def cause_blames(report_dir: Path) -> tuple[dict[str, Any], list[np.ndarray]] | None:
+    """report.json and each of its causes' blame by position (None: one cause)."""
     from gradian.attribution.scoring import rescore_items
     from gradian.report.scores import CAUSE_PREFIX
 
@@ -145,19 +144,20 @@ def cause_blames(report_dir: Path) -> tuple[list[dict[str, Any]], list[np.ndarra
             columns = [item_ids.index(item) for item in cause["items"]]
             blames.append(rescore_items(matrix, ids, item_ids, columns, aggregation=settings["aggregation"],
                                         normalize=settings["normalize"]).blame)
-    return causes, blames
+    return document, blames
 
 
 def cause_scores(report_dir: Path, scenario: Any, truth: Any) -> dict[str, dict[str, Any]] | None:
-    """Per planted cluster: recall@k / AUPRC of its rows in the blame of the cause accusing it, and under
-    ``"overall"`` every planted row's in the overall ranking of the accusing causes (None: one cause)."""
+    """Per planted cluster: recall@k / AUPRC of its rows in the blame of the cause accusing it, under ``"overall"``
+    every planted row's in the overall ranking of the accusing causes, and what scores.csv ranked (None: one cause)."""
     from gradian.attribution.causes import highest_standardized
     from gradian.evaluation.ground_truth import GroundTruth
 
     found = cause_blames(report_dir)
     if found is None:
         return None
-    causes, blames = found
+    document, blames = found
+    causes = document["causes"]
     out: dict[str, dict[str, Any]] = {}
     for cluster in scenario.planted_clusters:
         number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
@@ -167,7 +167,7 @@ def cause_scores(report_dir: Path, scenario: Any, truth: Any) -> dict[str, dict[
         out[cluster] = {"cause": number, "rows": len(planted), **one.score(blames[number - 1])}
     accusing = [blame for cause, blame in zip(causes, blames, strict=True) if cause["accused_clusters"]]
     overall = truth.score(highest_standardized(accusing)) if len(accusing) >= 2 else None
-    return {"clusters": out, "overall": overall}
+    return {"clusters": out, "overall": overall, "ranking": document["scores"].get("ranking")}
 
 
 def _number(value: Any, digits: int = 2) -> str:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gradian.attribution.aggregation import zscores
 from gradian.attribution.clusters import cluster_blame
 from gradian.attribution.results import ClusterAssignment, ClusterResult, ClusterScore, ExampleScores
 from gradian.attribution.scoring import rescore_items
@@ -111,27 +112,26 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
         key = (len(accused), sum(accused))  # then clearer accusations: items no cluster explains set apart
         if best is None or key > best[0]:
             best = (key, causes, k)
-    pooled = CauseSplit((_jackknifed(Cause(tuple(item_ids), whole, whole_clusters), item_blame, ids, item_ids,
-                                     assignment, config),), groups=1)
+
+    def pooled() -> CauseSplit:  # built only where it stands: its accusations cost one more cluster test each
+        cause = Cause(tuple(item_ids), whole, whole_clusters)
+        return CauseSplit((_jackknifed(cause, item_blame, ids, item_ids, assignment, config),), groups=1)
+
     if best is None:
-        return pooled
+        return pooled()
     _, chosen, k = best
     corrected = [_jackknifed(Cause(c.item_ids, c.scores, dataclasses.replace(c.clusters, alpha=c.clusters.alpha / k)),
                              item_blame, ids, item_ids, assignment, config) for c in chosen]
     if all(cause.accused is None for cause in corrected):
-        return pooled
+        return pooled()
     causes = sorted(corrected, key=lambda c: (c.accused is None, -(c.accused.z if c.accused else 0.0), c.item_ids))
     return CauseSplit(tuple(causes), groups=k)
 
 
 def highest_standardized(blames: Sequence[np.ndarray]) -> np.ndarray:
     """Each example's highest blame over ``blames``, each first made z-scores over the examples."""
-    out = []
-    for blame in blames:
-        blame = np.asarray(blame, dtype=np.float64)
-        std = blame.std()
-        out.append((blame - blame.mean()) / std if std > 0 else np.zeros_like(blame))
-    return np.max(out, axis=0)
+    columns = np.stack([np.asarray(blame, dtype=np.float64) for blame in blames], axis=1)
+    return zscores(columns, columns.mean(axis=0), columns.std(axis=0)).max(axis=1)
 
 
 def group_items(gram: np.ndarray, k: int, *, seed: int = 0) -> np.ndarray:
@@ -204,8 +204,7 @@ def _jackknifed(cause: Cause, item_blame: np.ndarray, ids: Sequence[str], item_i
         return cause
     columns = [list(item_ids).index(item) for item in cause.item_ids]
     blame = np.asarray(item_blame, dtype=np.float64)[:, columns]
-    std = blame.std(axis=0)
-    standardized = (blame - blame.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    standardized = zscores(blame, blame.mean(axis=0), blame.std(axis=0))
     held: dict[str, ClusterScore] = {}
     for score in accused:
         support = standardized[assignment.members(score.name)].mean(axis=0)
