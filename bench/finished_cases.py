@@ -79,6 +79,10 @@ def carrying_main(tool: str, description: str, results: Path, argv: list[str] | 
     A case dir is ~8 GB and machines are not kept, so a row once measured stays in the table, marked ``carried``.
     """
     args = _parser(description, results, "case dirs, e.g. lr5e4-fact-3 clean-3", add_arguments).parse_args(argv)
+    twice = sorted({name for name in args.names if args.names.count(name) > 1})
+    if twice:  # a case named twice would count twice in the per-kind goal rows
+        print(f"{tool}: {', '.join(twice)} named more than once; name each case once", file=sys.stderr)
+        return 2
     earlier = earlier_rows(args.out)
     here = {name for name in args.names if finished(args.cases / name)}
     missing = [name for name in args.names if name not in here and name not in earlier]

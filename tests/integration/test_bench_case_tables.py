@@ -60,6 +60,8 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
     carried = json.loads(out.with_suffix(".json").read_text())["cases"][0]
     assert carried.pop("carried") is True and carried == row
     assert goal_table.main(["--cases", str(cases), "tiny-fact-9", "--out", str(out)]) == 2
+    # a case named twice is refused, not counted twice in its kind's goal row
+    assert goal_table.main(["--cases", str(cases), "tiny-fact-4", "tiny-fact-4", "--out", str(out)]) == 2
 
 
 @pytest.mark.slow
