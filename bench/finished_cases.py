@@ -26,6 +26,14 @@ def write_results(out: Path, command: str, cases: list[dict[str, Any]], text: st
     print(text)
 
 
+def named_twice(tool: str, names: list[str]) -> bool:
+    """Say so and return True when a case is named more than once: it would count twice in its kind's rows."""
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        print(f"{tool}: {', '.join(twice)} named more than once; name each case once", file=sys.stderr)
+    return bool(twice)
+
+
 def _parser(description: str, results: Path, names_help: str,
             add_arguments: Callable[[argparse.ArgumentParser], None] | None) -> argparse.ArgumentParser:
     """--cases, the case names, --out (default ``results``) and the benchmark's own options."""
@@ -79,9 +87,7 @@ def carrying_main(tool: str, description: str, results: Path, argv: list[str] | 
     A case dir is ~8 GB and machines are not kept, so a row once measured stays in the table, marked ``carried``.
     """
     args = _parser(description, results, "case dirs, e.g. lr5e4-fact-3 clean-3", add_arguments).parse_args(argv)
-    twice = sorted({name for name in args.names if args.names.count(name) > 1})
-    if twice:  # a case named twice would count twice in the per-kind goal rows
-        print(f"{tool}: {', '.join(twice)} named more than once; name each case once", file=sys.stderr)
+    if named_twice(tool, args.names):
         return 2
     earlier = earlier_rows(args.out)
     here = {name for name in args.names if finished(args.cases / name)}

@@ -297,7 +297,7 @@ NOTES = [
 
 def main(argv: list[str] | None = None) -> int:
     """Run the peers on each named case and write bench/results/peers.json and .md."""
-    from finished_cases import earlier_rows, write_results
+    from finished_cases import earlier_rows, named_twice, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
@@ -321,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.peers = [p for p in args.peers.split(",") if p]
+    if named_twice("peers", args.names):
+        return 2
     earlier = earlier_rows(args.out)  # a case dir is ~8 GB and not kept: a row once measured stays, carried
     here = {name for name in args.names if (args.cases / name / "report" / "report.json").is_file()}
     missing = [name for name in args.names if name not in here and name not in earlier]

@@ -64,6 +64,13 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
     assert goal_table.main(["--cases", str(cases), "tiny-fact-4", "tiny-fact-4", "--out", str(out)]) == 2
 
 
+def test_the_peers_table_refuses_a_case_named_twice(tmp_path, capsys):
+    peers = _bench("peers")
+    assert peers.main(["--cases", str(tmp_path), "fact-5", "fact-5", "--out", str(tmp_path / "peers")]) == 2
+    assert "fact-5 named more than once" in capsys.readouterr().err
+    assert not (tmp_path / "peers.json").exists()
+
+
 @pytest.mark.slow
 def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base_dir, tmp_path):
     methods_table = _bench("heldout_methods")
