@@ -16,8 +16,11 @@ import torch
 from gradian.attribution.checkpoint_ensemble import _evenly_spaced, _weights, plan_ensemble, rate_at
 from gradian.cli.app import main
 from gradian.errors import ModelError
+from gradian.index.sizing import DISK_MARGIN, IndexEstimate
+from gradian.index.store import Index
 from tests.core.counterfactual_reports import N_CLEAN, N_PLANTED, write_dataset, write_eval
 from tests.core.test_report_files import _read_scores_csv
+from tests.support.disks import tmpfs
 from tests.trainer_hf.chat_data import QUICK
 
 
@@ -171,3 +174,36 @@ def test_evenly_spaced_rates_and_weights():
     assert rate_at([], 5) is None
     assert _weights([3.0, 1.0]) == [0.75, 0.25]
     assert _weights([None, 1.0]) == [0.5, 0.5] and _weights([0.0, 0.0]) == [0.5, 0.5]
+
+
+def _pages(cache: Path) -> int:
+    """Bytes the files under ``cache`` take on a tmpfs, which holds whole 4 KiB pages."""
+    return sum(-(-path.stat().st_size // 4096) * 4096 for path in cache.rglob("*") if path.is_file())
+
+
+def test_the_checkpoints_indexes_count_against_the_disk_before_the_first_gradient(trained, tiny_base_dir, tmp_path,
+                                                                                  monkeypatch, capsys):
+    evals = write_eval(tmp_path / "eval.jsonl")
+    argv = ["attribute", "--base-model", str(tiny_base_dir), "--adapter", str(trained["adapter"]), "--dataset",
+            str(trained["dataset"]), "--eval-dataset", str(evals), "--set", "attribution.cluster_field=source",
+            "--set", "evaluation.require_significant=false"]
+    assert main([*argv, "--out", str(tmp_path / "one"), "--set", "attribution.checkpoints=1"]) == 0
+    index = Index.open(next((tmp_path / "cache" / "indexes").iterdir()))
+    estimate = IndexEstimate(index.num_examples, index.dim, index.manifest.storage_dtype, projected=False,
+                             peak_memory_bytes=0, num_shards=len(index.manifest.shards))
+    size = 2 * _pages(tmp_path / "cache") + 8192  # room for two indexes
+    assert size < 3 * estimate.disk_bytes * DISK_MARGIN  # and not, by the estimate, for three
+    with tmpfs(tmp_path, size) as disk:
+        monkeypatch.setenv("GRADIAN_CACHE_DIR", str(disk))
+        capsys.readouterr()
+        assert main([*argv, "--out", str(tmp_path / "three"), "--set", "attribution.checkpoints=3"]) == 2
+        err = capsys.readouterr().err
+        assert "not enough free disk for the 3 gradient indexes still to build" in err
+        assert "attribution.checkpoints" in err and "Traceback" not in err
+        assert _pages(disk) == 0 and not (tmp_path / "three").exists()  # refused before anything was written
+        for _ in range(2):  # the second run reuses both indexes, so neither counts against the full disk
+            assert main([*argv, "--out", str(tmp_path / "two"), "--set", "attribution.checkpoints=2"]) == 0
+        assert len(json.loads((tmp_path / "two" / "report.json").read_text())["method"]["checkpoints"]) == 2
+        capsys.readouterr()
+        assert main([*argv, "--out", str(tmp_path / "three"), "--set", "attribution.checkpoints=3"]) == 2
+        assert "not enough free disk for the gradient index:" in capsys.readouterr().err  # only the missing one

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -12,6 +9,7 @@ import pytest
 from gradian.index.sizing import IndexEstimate, estimate_index, human_bytes
 from gradian.index.store import Index
 from tests.core.test_index_cli import assert_error, index_args, run_cli, write_dataset
+from tests.support.disks import tmpfs
 
 
 def test_the_estimate_is_printed_before_the_build_and_matches_the_shards(capsys, tmp_path, tiny_base_dir,
@@ -50,17 +48,8 @@ def test_peak_memory_counts_weights_logits_and_grows_with_the_batch(chatml_token
 @pytest.fixture()
 def tiny_disk(tmp_path):
     """A real 16 KiB filesystem (tmpfs), where mounting is allowed (root); skipped elsewhere."""
-    mount = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    if shutil.which("mount") is None:
-        pytest.skip("no mount command")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
-    try:
+    with tmpfs(tmp_path, 16 * 1024) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True)
 
 
 def test_a_disk_too_small_is_refused_before_any_gradient(capsys, tmp_path, tiny_base_dir, tiny_adapter_dir, tiny_disk):

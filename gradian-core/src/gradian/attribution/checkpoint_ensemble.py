@@ -93,6 +93,12 @@ def plan_ensemble(count: int, run_dir: Path | None, adapter_dir: Path | None, ad
     return EnsemblePlan(members, "; ".join(notes) or None)
 
 
+def checkpoint_hashes(plan: EnsemblePlan, *, allow_pickle: bool = False) -> list[str]:
+    """The adapter hashes of the plan's checkpoints (not the adapter), whose indexes the ensemble builds."""
+    return [checkpoint_hash(member.adapter_dir, allow_pickle=allow_pickle)
+            for member in plan.members if not member.is_adapter]
+
+
 def _evenly_spaced(found: Sequence[tuple[int, Path]], final_step: int, wanted: int) -> list[tuple[int, Path]]:
     """The checkpoints nearest to steps final_step x j / (wanted + 1), j = 1..wanted, each at most once, oldest first."""
     if wanted <= 0 or not found:
@@ -147,15 +153,14 @@ class EnsembleBlame:
     scored: tuple[tuple[EnsembleMember, Any], ...] = ()
 
 
-def score_checkpoints(count: int, run_dir: Path | None, loaded: LoadedModel, adapter_blame: np.ndarray,
+def score_checkpoints(plan: EnsemblePlan, loaded: LoadedModel, adapter_blame: np.ndarray,
                       adapter_index_id: str | None,
                       score_member: Callable[[LoadedModel], tuple[np.ndarray, str, Any]], *,
                       allow_pickle: bool = False) -> EnsembleBlame:
-    """sum_c w_c B_c over up to ``count`` points of the run.
+    """sum_c w_c B_c over the points of the run ``plan_ensemble`` chose.
 
     ``score_member(view)`` gives (B_c, index id, anything the caller wants back in ``scored``) under c.
     """
-    plan = plan_ensemble(count, run_dir, loaded.adapter_dir, loaded.adapter_hash, allow_pickle=allow_pickle)
     if len(plan.members) < 2:
         return EnsembleBlame(None, note=plan.note)
     total = np.zeros_like(np.asarray(adapter_blame, dtype=np.float64))

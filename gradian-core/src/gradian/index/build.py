@@ -29,6 +29,7 @@ from gradian.index.directory import (
     check_out_dir,
     finalize,
     finished_shard,
+    holds_index,
     prepare_partial,
     reusable_index,
     write_shard,
@@ -36,7 +37,14 @@ from gradian.index.directory import (
 from gradian.index.distributed import RankContext, rank_context
 from gradian.index.dtypes import decode_rows, encode_rows, storage_numpy_dtype
 from gradian.index.mapped import release_pages
-from gradian.index.plan import BuildPlan, ExampleMeta, default_index_dir, encode_pass, make_plan
+from gradian.index.plan import (
+    BuildPlan,
+    ExampleMeta,
+    checkpoint_plan,
+    default_index_dir,
+    encode_pass,
+    make_plan,
+)
 from gradian.index.sizing import (
     IN_MEMORY_SHARD_BYTES,
     IndexEstimate,
@@ -63,11 +71,13 @@ ProgressCallback = Callable[[int, int], None]
 
 def build_index(loaded_model: LoadedModel, dataset: Sequence[Example], config: GradianConfig | None = None,
                 out: Path | str | None = None, *, progress: ProgressCallback | None = None,
-                say: Callable[[str], None] | None = None) -> Index:
+                say: Callable[[str], None] | None = None, checkpoint_hashes: Sequence[str] = ()) -> Index:
     """Build the gradient index of ``dataset`` under ``loaded_model``'s adapter, or reuse an identical one.
 
     Before computing anything, ``say`` gets the estimate line (bytes per example, total size, peak memory), and a
-    build whose shards would not fit on the output's disk is refused.
+    build whose shards would not fit on the output's disk is refused. ``checkpoint_hashes`` names the checkpoints
+    whose indexes of the same examples the caller builds next (the checkpoint ensemble): those not in the index
+    cache yet count against its disk too, so a run short of disk learns it before the first gradient.
     """
     config = config if config is not None else GradianConfig()
     examples = list(dataset)
@@ -84,10 +94,11 @@ def build_index(loaded_model: LoadedModel, dataset: Sequence[Example], config: G
     estimate = estimate_index(loaded_model.model, plan.dim, plan.storage_dtype, capture.projection is not None,
                               [m.num_tokens for m in metas], [m.num_supervised for m in metas],
                               config.grads.batch_size, plan.shard_size)
+    later = [checkpoint_plan(plan, adapter_hash) for adapter_hash in checkpoint_hashes]
     ranks = rank_context(loaded_model.device)
     try:
         return _build_on_ranks(plan, ranks, capture, examples, tokenizer, metas, config.grads, progress,
-                               estimate, say)
+                               estimate, say, later)
     finally:
         ranks.close()
 
@@ -119,17 +130,19 @@ def follow_training_run(config: GradianConfig, loaded_model: LoadedModel, exampl
 def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: GradientCapture, examples: list[Example],
                     tokenizer: PreTrainedTokenizerBase, metas: list[ExampleMeta], grads: GradsConfig,
                     progress: ProgressCallback | None, estimate: IndexEstimate,
-                    say: Callable[[str], None] | None) -> Index:
+                    say: Callable[[str], None] | None, later: Sequence[BuildPlan]) -> Index:
     """Reuse the index in place, or compute this rank's shards and (rank 0) finish the directory."""
     ranks.check_same(plan.index_id, "index id")
     cached = reusable_index(plan.out_dir, plan.index_id, say if ranks.is_main else None)
+    if cached is None:
+        check_out_dir(plan.out_dir)
+        if say is not None and ranks.is_main:
+            say(estimate.line())
+    to_build = ([] if cached is not None else [plan]) + [p for p in later if not holds_index(p.out_dir, p.index_id)]
+    check_free_disk(estimate, [(p.out_dir, _resumable_bytes(p)) for p in to_build])
     if cached is not None:
         ranks.barrier()
         return cached
-    check_out_dir(plan.out_dir)
-    if say is not None and ranks.is_main:
-        say(estimate.line())
-    check_free_disk(estimate, plan.out_dir, already_written=_resumable_bytes(plan))
     started = time.monotonic()
     ranks.together(lambda: prepare_partial(plan) if ranks.is_main else None)
     if plan.whitening is not None:

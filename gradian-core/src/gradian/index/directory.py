@@ -39,19 +39,21 @@ from gradian.index.store import WHITENING_NAME, Index
 BUILD_STATE = "build.json"
 
 
+def holds_index(out_dir: Path, index_id: str) -> bool:
+    """Whether ``out_dir`` holds a finished index with this id (its files are checked when it is opened to reuse)."""
+    try:
+        return (out_dir / MANIFEST_NAME).is_file() and read_manifest(out_dir).index_id == index_id
+    except GradientIndexError:
+        return False
+
+
 def reusable_index(out_dir: Path, index_id: str, say: Callable[[str], None] | None = None) -> Index | None:
     """The index already at ``out_dir`` when it has this id and every file matches its checksum; else None.
 
     A damaged index of the same inputs (a corrupted shard) is rebuilt, never reported as reused; ``say`` hears why.
     """
-    if not (out_dir / MANIFEST_NAME).is_file():
-        return None
-    try:
-        manifest = read_manifest(out_dir)
-    except GradientIndexError:
-        return None  # check_out_dir explains what is wrong with it
-    if manifest.index_id != index_id:
-        return None
+    if not holds_index(out_dir, index_id):
+        return None  # another index, or none (check_out_dir explains what is wrong with a broken one)
     try:
         index = Index.open(out_dir)
         index.verify_files()

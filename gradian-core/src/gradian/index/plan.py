@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -186,3 +186,16 @@ def make_plan(loaded: LoadedModel, capture: GradientCapture, config: GradianConf
         stat_blocks=plan_stat_blocks(stat_segments(blocks)), dim=int(capture.dim), num_examples=len(examples),
         shard_size=grads.shard_size, storage_dtype=grads.storage_dtype, codec=codec,
     )
+
+
+def checkpoint_plan(plan: BuildPlan, adapter_hash: str) -> BuildPlan:
+    """The plan of the same examples' index under another checkpoint of the same adapter, in the index cache.
+
+    Only the checkpoint's hash differs from ``plan``'s inputs (the checkpoint ensemble swaps in its LoRA weights),
+    so its id, and so its directory, are known before its weights are loaded.
+    """
+    spec = {**plan.spec, "checkpoint": {"adapter_sha256": adapter_hash}}
+    index_id = compute_index_id(spec)
+    out_dir = default_index_dir(index_id).absolute()
+    return replace(plan, index_id=index_id, spec=spec, out_dir=out_dir,
+                   partial_dir=out_dir.parent / f".{out_dir.name}.partial")

@@ -19,7 +19,12 @@ import numpy as np
 
 from gradian.attribution.adam_state import adam_second_moment
 from gradian.attribution.causes import CauseSplit, find_causes
-from gradian.attribution.checkpoint_ensemble import EnsembleBlame, score_checkpoints
+from gradian.attribution.checkpoint_ensemble import (
+    EnsembleBlame,
+    checkpoint_hashes,
+    plan_ensemble,
+    score_checkpoints,
+)
 from gradian.attribution.clusters import assign_clusters, cluster_blame, clusters_from_field
 from gradian.attribution.index_statistics import index_statistics
 from gradian.attribution.preconditioners import Preconditioner
@@ -145,10 +150,13 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         capability = _evaluate(loaded, eval_items, config, stages)
         if config.evaluation.require_significant and not capability.significant_regression:
             return _refuse(capability, config, out, stages, command, warnings=_model_warnings(loaded))
+    ensemble_plan = plan_ensemble(config.attribution.checkpoints, _run_dir(run, loaded), loaded.adapter_dir,
+                                  loaded.adapter_hash, allow_pickle=allow_pickle)
     with stages.stage("index") as tick:
         from gradian.index.build import build_index  # imports torch; this module does not
 
-        index = build_index(loaded, examples, config, index_dir, progress=tick, say=say)
+        index = build_index(loaded, examples, config, index_dir, progress=tick, say=say,
+                            checkpoint_hashes=checkpoint_hashes(ensemble_plan, allow_pickle=allow_pickle))
     with stages.stage("query gradients"):
         from gradian.grads.capture import GradientCapture  # imports torch; this module does not
 
@@ -174,8 +182,8 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                 return _member_blame(view, examples, config, capability, eval_items, signal_choice, item_ids,
                                      progress=tick, say=say)
 
-            ensemble = score_checkpoints(config.attribution.checkpoints, _run_dir(run, loaded), loaded, blame_matrix,
-                                         index.index_id, score_member, allow_pickle=allow_pickle)
+            ensemble = score_checkpoints(ensemble_plan, loaded, blame_matrix, index.index_id, score_member,
+                                         allow_pickle=allow_pickle)
             if ensemble.item_blame is not None:  # the report ranks by the summed blame from here on
                 blame_matrix = ensemble.item_blame
                 scores = rescore_items(blame_matrix, scores.ids, item_ids, range(len(item_ids)),
