@@ -134,11 +134,14 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: GradientCaptur
     """Reuse the index in place, or compute this rank's shards and (rank 0) finish the directory."""
     ranks.check_same(plan.index_id, "index id")
     cached = reusable_index(plan.out_dir, plan.index_id, say if ranks.is_main else None)
+    pending = [p for p in later if not holds_index(p.out_dir, p.index_id)]
     if cached is None:
         check_out_dir(plan.out_dir)
         if say is not None and ranks.is_main:
-            say(estimate.line())
-    to_build = ([] if cached is not None else [plan]) + [p for p in later if not holds_index(p.out_dir, p.index_id)]
+            then = (f"; then {len(pending)} checkpoint index{'es' if len(pending) > 1 else ''} of the same size "
+                    "(attribution.checkpoints)") if pending else ""
+            say(estimate.line() + then)
+    to_build = ([] if cached is not None else [plan]) + pending
     check_free_disk(estimate, [(p.out_dir, _resumable_bytes(p)) for p in to_build])
     if cached is not None:
         ranks.barrier()
