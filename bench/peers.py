@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"- Cut to the first {args.max_queries} regressed items per case (--max-queries).")
     carried = [case["case"] for case in cases if case.get("carried")]
     if carried:
-        notes.append(f"- Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}.")
+        notes.append(f"- Carried from the earlier results file (no work dir under --cases, so not run again): {', '.join(carried)}.")
     if args.fit_rows:
         notes.append(f"- Cut to fit the time on two shared cores: each peer's EK-FAC factors (covariances, eigenvalue "
                      f"correction) were fitted on the first {args.fit_rows} training rows (--fit-rows); every row is "
