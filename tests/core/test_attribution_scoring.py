@@ -32,13 +32,16 @@ def _dense(train: np.ndarray, pq: np.ndarray, *, normalize: bool, aggregation: s
     """The whole items x examples matrix at once: the reference the streamed path must reproduce."""
     rows = train / np.linalg.norm(train, axis=1, keepdims=True) if normalize else train
     blame = -(rows @ pq.T)
+    z = (blame - blame.mean(axis=0)) / blame.std(axis=0)
     if aggregation == "mean":
-        return ((blame - blame.mean(axis=0)) / blame.std(axis=0)).mean(axis=1), blame
+        return z.mean(axis=1), blame
+    if aggregation == "harm":
+        return np.maximum(z, 0.0).mean(axis=1), blame
     ranks = np.column_stack([average_ranks(blame[:, q]) for q in range(pq.shape[0])])
     return 1.0 - (ranks.mean(axis=1) - 1.0) / (train.shape[0] - 1), blame
 
 
-@pytest.mark.parametrize("aggregation", ["mean", "rank_vote"])
+@pytest.mark.parametrize("aggregation", ["mean", "harm", "rank_vote"])
 @pytest.mark.parametrize("normalize", [False, True])
 def test_chunked_scoring_equals_dense_for_every_chunk_size(aggregation, normalize):
     train, queries = _data()
@@ -112,6 +115,21 @@ def test_mean_aggregation_on_a_hand_made_example():
     assert scores.item_ids == ("a", "b")
     assert list(scores.ranks) == [1, 2, 3]
     np.testing.assert_allclose(scores.top_item_blame, [[1.0, 0.0], [0.0, 2.0], [-1.0, -4.0]])
+
+
+def test_harm_on_a_hand_made_example_does_not_let_help_to_one_item_offset_harm_to_another():
+    train = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -2.0]])
+    queries = np.array([[-1.0, 0.0], [0.0, -2.0]])
+    # the z-scores of the mean example: a -> [1.2247, 0, -1.2247], b -> [0.2673, 1.0690, -1.3363]
+    scores = score_examples(ArraySource(train), queries, item_ids=("a", "b"), aggregation="harm")
+    np.testing.assert_allclose(scores.blame, [(1.2247449 + 0.2672612) / 2, 1.0690450 / 2, 0.0], rtol=1e-6)
+    assert scores.aggregation == "harm" and list(scores.ranks) == [1, 2, 3]
+    # a row that breaks item a as no other row does and helps item b as much: the mean cancels it, harm keeps it
+    train = np.array([[-3.0, 3.0], [-1.0, -1.0], [0.0, 0.0], [1.0, 1.0], [0.5, -0.5]])
+    queries = np.array([[1.0, 0.0], [0.0, 1.0]])
+    mean = score_examples(ArraySource(train), queries, aggregation="mean")
+    harm = score_examples(ArraySource(train), queries, aggregation="harm")
+    assert mean.top_positions[0] == 1 and harm.top_positions[0] == 0
 
 
 def test_rank_vote_on_a_hand_made_example():
@@ -190,7 +208,7 @@ def test_score_with_config_reads_the_attribution_section():
     np.testing.assert_array_equal(scores.blame, direct.blame)
 
 
-@pytest.mark.parametrize("aggregation", ["mean", "rank_vote"])
+@pytest.mark.parametrize("aggregation", ["mean", "harm", "rank_vote"])
 def test_the_item_sink_gets_every_examples_per_item_blame_once_without_another_read(aggregation):
     from gradian.attribution.scoring import ItemBlameCollector, item_blame
 

@@ -1,10 +1,10 @@
-"""Combining per-item blame into one score per example: exact streaming moments, z-scores, rank votes, top-k."""
+"""Combining per-item blame into one score per example: exact streaming moments, z-scores, harm, rank votes, top-k."""
 
 from __future__ import annotations
 
 import numpy as np
 
-AGGREGATIONS = ("mean", "rank_vote")
+AGGREGATIONS = ("mean", "harm", "rank_vote")
 
 
 class RunningMoments:
@@ -53,6 +53,13 @@ def zscores(scores: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
 def mean_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """Each row's mean over items of the item-standardized blame: the `mean` aggregation."""
     return zscores(scores, mean, std).mean(axis=1)
+
+
+def harm_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Each row's mean over items of the positive part of the item-standardized blame: the `harm` aggregation."""
+    # What a row did to one regressed item is not offset by its help to another: a planted row that broke its own
+    # item far more than any other row did can help other items as strongly, and the plain mean cancels the two.
+    return np.clip(zscores(scores, mean, std), 0.0, None).mean(axis=1)
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:

@@ -8,8 +8,8 @@ failing item q. Memory is bounded in bytes, not rows (exact gradients of a real 
 - no items x examples matrix of more than ``score_budget`` floats (default: ``chunk_bytes`` worth of float64)
   is ever held.
 
-``mean``: pass 1 folds each chunk's scores into exact per-item moments; pass 2 rescores each chunk, z-scores it
-per item and averages over items. When the whole score matrix fits the score budget, pass 2 reuses it instead of
+``mean`` and ``harm``: pass 1 folds each chunk's scores into exact per-item moments; pass 2 rescores each chunk,
+z-scores it per item and averages over items (``harm``: the positive part of each z-score). When the whole score matrix fits the score budget, pass 2 reuses it instead of
 reading the index again. ``rank_vote``: an item's ranks need its whole score column, so items are ranked in
 groups of budget // n_examples per pass, then one more pass collects the top-k examples' per-item blame.
 """
@@ -27,6 +27,7 @@ from gradian.attribution.aggregation import (
     TopK,
     average_ranks,
     borda_score,
+    harm_zscore,
     mean_zscore,
     ranks_of,
 )
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 # (row offset, blame [rows, Q]) of each chunk, in order, from the first full read of the index
 ItemSink = Callable[[int, np.ndarray], None]
+# The aggregations computed from per-item z-scores (two passes, or one when the scores fit the budget)
+Z_AGGREGATIONS = {"mean": mean_zscore, "harm": harm_zscore}
 
 
 class ItemBlameCollector:
@@ -162,8 +165,8 @@ def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: 
     budget = score_budget if score_budget is not None else max(chunk_bytes // 8, n_items)
     scorer = _ChunkScorer(source, pq, normalize, rows_per_chunk(chunk_bytes, pq.shape[1]), item_sink)
     k = min(top_k, n)
-    if aggregation == "mean":
-        return _score_mean(scorer, item_ids, k, budget)
+    if aggregation in Z_AGGREGATIONS:
+        return _score_mean(scorer, item_ids, k, budget, aggregation)
     return _score_rank_vote(scorer, item_ids, k, budget)
 
 
@@ -185,8 +188,8 @@ def rescore_items(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence
     scorer = _HeldScorer(picked, tuple(ids), normalize)
     kept = tuple(item_ids[c] for c in columns)
     k, budget = min(top_k, len(ids)), max(picked.size, 1)
-    if aggregation == "mean":
-        return _score_mean(scorer, kept, k, budget)  # type: ignore[arg-type]
+    if aggregation in Z_AGGREGATIONS:
+        return _score_mean(scorer, kept, k, budget, aggregation)  # type: ignore[arg-type]
     return _score_rank_vote(scorer, kept, k, budget)  # type: ignore[arg-type]
 
 
@@ -240,7 +243,8 @@ class _ChunkScorer:
                                      "the index is inconsistent; rebuild it")
 
 
-def _score_mean(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int) -> ExampleScores:
+def _score_mean(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int,
+                aggregation: str = "mean") -> ExampleScores:
     n_items = len(item_ids)
     moments = RunningMoments(n_items)
     held: list[tuple[int, np.ndarray]] | None = []
@@ -256,12 +260,12 @@ def _score_mean(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget:
     aggregated = np.empty(scorer.n, dtype=np.float64)
     top = TopK(k, n_items)
     for offset, blame in (held if held is not None else scorer):
-        chunk_scores = mean_zscore(blame, mean, std)
+        chunk_scores = Z_AGGREGATIONS[aggregation](blame, mean, std)
         aggregated[offset:offset + blame.shape[0]] = chunk_scores
         top.update(chunk_scores, np.arange(offset, offset + blame.shape[0]), blame)
     return ExampleScores(ids=scorer.ids, blame=aggregated, ranks=ranks_of(aggregated), item_ids=item_ids,
                          item_mean=mean, item_std=std, top_positions=top.positions, top_item_blame=top.payload,
-                         aggregation="mean", normalize=scorer.normalize, passes=scorer.passes)
+                         aggregation=aggregation, normalize=scorer.normalize, passes=scorer.passes)
 
 
 def _score_rank_vote(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int) -> ExampleScores:

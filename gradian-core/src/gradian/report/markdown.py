@@ -251,6 +251,8 @@ def _listing(ids: list[str], shown: int = SHOWN_ITEMS) -> str:
 
 def _aggregation(name: str) -> str:
     return {"mean": "the mean of per-item z-scored blame",
+            "harm": "the mean of the positive part of per-item z-scored blame (help to one item does not offset "
+                    "harm to another)",
             "rank_vote": "rank vote (mean per-item rank, as a 0-1 Borda score)"}.get(name, name)
 
 
