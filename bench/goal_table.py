@@ -212,7 +212,8 @@ def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
         verified = [c["verify"] for c in rows if c.get("verify")]
         if not verified:
             checks = "-"
-        elif all(not c["planted_clusters"] for c in rows):  # a control: verify should refute what was accused
+        elif all(not c["planted_clusters"] and "recall_at_k" not in c for c in rows):
+            # a control, nothing planted: verify should refute what was accused (a span case plants sentences)
             checks = f"{sum(not v['confirmed'] for v in verified)}/{len(verified)} false accusations refuted"
         else:
             checks = f"{sum(_verify_met(v) for v in verified)}/{len(verified)}"

@@ -105,3 +105,15 @@ def test_the_normalization_table_scores_every_power_and_reproduces_the_report_at
     # alpha 0 is the shipped scoring over the same checkpoint points: the report's own per-item blame
     assert row["alphas"]["0.0"] == pytest.approx(row["report"])
     assert "| tiny-fact-4 | held-out |" in out.with_suffix(".md").read_text()
+
+
+def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_a_refutation():
+    table = _bench("goal_table")
+    not_confirmed = {"confirmed": False, "recovered": 0.5, "random": 0.3}
+    # a span case plants sentences, not a cluster, but it has planted rows: its verify is held to the 80% goal
+    span = {"kind": "span", "held_out": True, "recall_at_k": 0.6, "planted_clusters": [], "verdict_right": None,
+            "span_hits": 3, "span_checked": 5, "verify": not_confirmed}
+    clean = {"kind": "clean", "held_out": True, "planted_clusters": [], "verdict_right": True, "span_hits": 0,
+             "span_checked": 0, "verify": not_confirmed}
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.goal_rows([span, clean])[2:]}
+    assert rows["span"].endswith("| 0/1 |") and rows["clean"].endswith("| 1/1 false accusations refuted |")

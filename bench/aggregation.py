@@ -1,0 +1,119 @@
+"""How regressed items' blame combines into one score per example, compared on finished demo cases.
+
+Each case's report saves every example's blame toward every regressed item (scores.csv's ``item:`` columns, summed
+over the checkpoint ensemble). This re-aggregates those columns offline, so every variant ranks the same numbers:
+
+- mean: the mean over items of the item-standardized blame (the shipped ``attribution.aggregation: mean``);
+- harm: the mean over items of the positive part of the standardized blame, so what a row did to one regressed
+  item is not offset by its help on another;
+- max: the largest standardized blame over items (LESS scores a row by its best-matching target task);
+- rank_vote: the mean rank over items, as ``attribution.aggregation: rank_vote``;
+- clip3: the mean of the standardized blame clipped to [-3, 3].
+
+Metrics against the planted rows: recall@k (k = the planted rows) and AUPRC, over all regressed items pooled.
+
+    .venv/bin/python bench/aggregation.py --cases /work/bench-cases lr5e4-fact-0 lr5e4-format-0 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
+
+RESULTS = Path(__file__).resolve().parent / "results" / "aggregation"
+
+
+def item_blame(report_dir: Path) -> np.ndarray:
+    """[examples by position, regressed items] blame from the report's scores.csv."""
+    with (report_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
+        rows = sorted(csv.DictReader(handle), key=lambda row: int(row["position"]))
+    columns = [name for name in rows[0] if name.startswith("item:")]
+    return np.array([[float(row[name]) for name in columns] for row in rows])
+
+
+def standardized(blame: np.ndarray) -> np.ndarray:
+    """Each item's column as z-scores over the examples (a column with no spread is zero)."""
+    std = blame.std(axis=0)
+    return np.where(std > 0, (blame - blame.mean(axis=0)) / np.where(std > 0, std, 1.0), 0.0)
+
+
+def variants(blame: np.ndarray) -> dict[str, np.ndarray]:
+    """One score per example under each aggregation."""
+    from gradian.attribution.aggregation import average_ranks
+
+    z = standardized(blame)
+    ranks = np.column_stack([average_ranks(blame[:, item]) for item in range(blame.shape[1])])
+    return {"mean": z.mean(axis=1), "harm": np.clip(z, 0.0, None).mean(axis=1), "max": z.max(axis=1),
+            "rank_vote": -ranks.mean(axis=1), "clip3": np.clip(z, -3.0, 3.0).mean(axis=1)}
+
+
+def score_case(directory: Path) -> dict[str, Any]:
+    """recall@k / AUPRC of every variant on one case."""
+    from goal_table import case_name
+
+    from gradian.demo.run import reproduced_planted_ids
+    from gradian.demo.scenarios import make_scenario
+    from gradian.report.reader import read_report
+
+    kind, seed = case_name(directory)
+    scenario = make_scenario(kind, seed)
+    report = read_report(directory / "report")
+    row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "methods": {}}
+    if not scenario.planted_rows:
+        row["skipped"] = "nothing planted: a clean control"
+        return row
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
+    blame = item_blame(directory / "report")
+    row["items"] = int(blame.shape[1])
+    for name, scores in variants(blame).items():
+        metrics = truth.score(scores)
+        row["methods"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+    return row
+
+
+def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str:
+    """The table: one row per case, one column per aggregation, then the means."""
+    names = ["mean", "harm", "max", "rank_vote", "clip3"]
+    lines = ["# Aggregating the regressed items' blame (recall@k / AUPRC)", "", f"`{command}`", "",
+             "| case | seed | items | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    scored = [case for case in cases if case["methods"]]
+    for case in scored:
+        cells = [f"{case['methods'][n]['recall_at_k']:.2f} / {case['methods'][n]['auprc']:.2f}" for n in names]
+        lines.append(f"| {case['case']} | {case['seed']} | {case['items']} | " + " | ".join(cells) + " |")
+    for label, chosen in (("tuning seeds 0-2", [c for c in scored if c["seed"] < 3]),
+                          ("held-out seeds 3+", [c for c in scored if c["seed"] >= 3])):
+        if chosen:
+            cells = [f"{np.mean([c['methods'][n]['recall_at_k'] for c in chosen]):.3f} / "
+                     f"{np.mean([c['methods'][n]['auprc'] for c in chosen]):.3f}" for n in names]
+            lines.append(f"| **mean, {label}** | | {len(chosen)} cases | " + " | ".join(cells) + " |")
+    lines += ["", *[f"- {note}" for note in notes]] if notes else []
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score each named case, print and write the table."""
+    from finished_cases import write_results
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=Path, required=True)
+    parser.add_argument("names", nargs="+")
+    parser.add_argument("--note", action="append", default=[], help="a line under the table (repeatable)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    cases = [score_case(args.cases / name) for name in args.names]
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
+    write_results(args.out, "python bench/aggregation.py " + " ".join(shown), cases,
+                  markdown(cases, "python bench/aggregation.py " + " ".join(shown), args.note))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
