@@ -9,9 +9,10 @@ failing item q. Memory is bounded in bytes, not rows (exact gradients of a real 
   is ever held.
 
 ``mean`` and ``harm``: pass 1 folds each chunk's scores into exact per-item moments; pass 2 rescores each chunk,
-z-scores it per item and averages over items (``harm``: the positive part of each z-score). When the whole score matrix fits the score budget, pass 2 reuses it instead of
-reading the index again. ``rank_vote``: an item's ranks need its whole score column, so items are ranked in
-groups of budget // n_examples per pass, then one more pass collects the top-k examples' per-item blame.
+z-scores it per item and averages over items (``harm``: the positive part of each z-score). When the whole score
+matrix fits the score budget, pass 2 reuses it instead of reading the index again. ``rank_vote``: an item's ranks
+need its whole score column, so items are ranked in groups of budget // n_examples per pass, then one more pass
+collects the top-k examples' per-item blame.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def score_examples(source: ChunkSource, queries: np.ndarray, *, preconditioner: 
     scorer = _ChunkScorer(source, pq, normalize, rows_per_chunk(chunk_bytes, pq.shape[1]), item_sink)
     k = min(top_k, n)
     if aggregation in Z_AGGREGATIONS:
-        return _score_mean(scorer, item_ids, k, budget, aggregation)
+        return _score_zscored(scorer, item_ids, k, budget, aggregation)
     return _score_rank_vote(scorer, item_ids, k, budget)
 
 
@@ -189,7 +190,7 @@ def rescore_items(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence
     kept = tuple(item_ids[c] for c in columns)
     k, budget = min(top_k, len(ids)), max(picked.size, 1)
     if aggregation in Z_AGGREGATIONS:
-        return _score_mean(scorer, kept, k, budget, aggregation)  # type: ignore[arg-type]
+        return _score_zscored(scorer, kept, k, budget, aggregation)  # type: ignore[arg-type]
     return _score_rank_vote(scorer, kept, k, budget)  # type: ignore[arg-type]
 
 
@@ -243,7 +244,7 @@ class _ChunkScorer:
                                      "the index is inconsistent; rebuild it")
 
 
-def _score_mean(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int,
+def _score_zscored(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int,
                 aggregation: str = "mean") -> ExampleScores:
     n_items = len(item_ids)
     moments = RunningMoments(n_items)
