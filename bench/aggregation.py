@@ -18,7 +18,6 @@ Metrics against the planted rows: recall@k (k = the planted rows) and AUPRC, ove
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,33 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregation"
 
 
-def item_blame(report_dir: Path) -> np.ndarray:
-    """[examples by position, regressed items] blame from the report's scores.csv."""
-    with (report_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
-        rows = sorted(csv.DictReader(handle), key=lambda row: int(row["position"]))
-    columns = [name for name in rows[0] if name.startswith("item:")]
-    return np.array([[float(row[name]) for name in columns] for row in rows])
-
-
-def standardized(blame: np.ndarray) -> np.ndarray:
-    """Each item's column as z-scores over the examples (a column with no spread is zero)."""
-    std = blame.std(axis=0)
-    return np.where(std > 0, (blame - blame.mean(axis=0)) / np.where(std > 0, std, 1.0), 0.0)
-
-
 def variants(blame: np.ndarray) -> dict[str, np.ndarray]:
-    """One score per example under each aggregation."""
-    from gradian.attribution.aggregation import average_ranks
+    """One score per example under each aggregation, from the report's per-item blame [examples, items]."""
+    from gradian.attribution.aggregation import average_ranks, harm_zscore, mean_zscore, zscores
 
-    z = standardized(blame)
+    mean, std = blame.mean(axis=0), blame.std(axis=0)
+    z = zscores(blame, mean, std)
     ranks = np.column_stack([average_ranks(blame[:, item]) for item in range(blame.shape[1])])
-    return {"mean": z.mean(axis=1), "harm": np.clip(z, 0.0, None).mean(axis=1), "max": z.max(axis=1),
+    return {"mean": mean_zscore(blame, mean, std), "harm": harm_zscore(blame, mean, std), "max": z.max(axis=1),
             "rank_vote": -ranks.mean(axis=1), "clip3": np.clip(z, -3.0, 3.0).mean(axis=1)}
 
 
 def score_case(directory: Path) -> dict[str, Any]:
     """recall@k / AUPRC of every variant on one case."""
-    from goal_table import case_name
+    from goal_table import case_name, report_item_blame
 
     from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
@@ -70,7 +56,7 @@ def score_case(directory: Path) -> dict[str, Any]:
         row["skipped"] = "nothing planted: a clean control"
         return row
     truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
-    blame = item_blame(directory / "report")
+    blame = report_item_blame(directory / "report")[2]
     row["items"] = int(blame.shape[1])
     for name, scores in variants(blame).items():
         metrics = truth.score(scores)
@@ -99,7 +85,7 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case, print and write the table."""
-    from finished_cases import write_results
+    from finished_cases import command_line, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True)
@@ -108,10 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     cases = [score_case(args.cases / name) for name in args.names]
-    given = list(argv if argv is not None else sys.argv[1:])
-    shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
-    write_results(args.out, "python bench/aggregation.py " + " ".join(shown), cases,
-                  markdown(cases, "python bench/aggregation.py " + " ".join(shown), args.note))
+    command = command_line("aggregation.py", argv)
+    write_results(args.out, command, cases, markdown(cases, command, args.note))
     return 0
 
 

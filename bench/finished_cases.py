@@ -26,6 +26,13 @@ def write_results(out: Path, command: str, cases: list[dict[str, Any]], text: st
     print(text)
 
 
+def command_line(script: str, argv: list[str] | None) -> str:
+    """``python bench/<script> <arguments>`` as a results file quotes it, each ``--note`` and its text left out."""
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = [arg for i, arg in enumerate(given) if arg != "--note" and (i == 0 or given[i - 1] != "--note")]
+    return " ".join([f"python bench/{script}", *shown])
+
+
 def named_twice(tool: str, names: list[str]) -> bool:
     """Say so and return True when a case is named more than once: it would count twice in its kind's rows."""
     twice = sorted({name for name in names if names.count(name) > 1})

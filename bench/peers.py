@@ -297,7 +297,7 @@ NOTES = [
 
 def main(argv: list[str] | None = None) -> int:
     """Run the peers on each named case and write bench/results/peers.json and .md."""
-    from finished_cases import earlier_rows, named_twice, write_results
+    from finished_cases import command_line, earlier_rows, named_twice, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
@@ -332,9 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cases = [score_case(args.cases / name, args) if name in here else {**earlier[name], "carried": True}
              for name in args.names]
-    given = list(argv if argv is not None else sys.argv[1:])
-    shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
-    command = "python bench/peers.py " + " ".join(shown) + (" --note ... (the notes below)" if args.note else "")
+    command = command_line("peers.py", argv) + (" --note ... (the notes below)" if args.note else "")
     notes = list(NOTES) + [f"- {note}" for note in args.note]
     if args.max_queries:
         notes.append(f"- Cut to the first {args.max_queries} regressed items per case (--max-queries).")

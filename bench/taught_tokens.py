@@ -118,7 +118,7 @@ def markdown(rows: list[dict[str, Any]], command: str, notes: Sequence[str] = ()
 
 def main(argv: list[str] | None = None) -> int:
     """Run each named case, print and write the table."""
-    from finished_cases import write_results
+    from finished_cases import command_line, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True)
@@ -129,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", action="append", default=[], help="a line under the table (repeatable)")
     args = parser.parse_args(argv)
     rows = [run_case(args.cases / name, args.work, args.base_model) for name in args.names]
-    given = list(argv if argv is not None else sys.argv[1:])
-    shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
-    command = "python bench/taught_tokens.py " + " ".join(shown)
+    command = command_line("taught_tokens.py", argv)
     write_results(args.out, command, rows, markdown(rows, command, args.note))
     return 0
 
