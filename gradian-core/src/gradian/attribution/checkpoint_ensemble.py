@@ -180,3 +180,22 @@ def score_checkpoints(plan: EnsemblePlan, loaded: LoadedModel, adapter_blame: np
         scored.append((member, kept))
         logger.info("scored checkpoint %s (weight %.3g)", member.adapter_dir, member.weight)
     return EnsembleBlame(total, tuple(records), plan.note, tuple(scored))
+
+
+def with_base_point(blame: np.ndarray, base_blame: np.ndarray, share: float) -> np.ndarray:
+    """(1 - share) x blame + share x base_blame, each scaled to unit norm first: the two are on different scales."""
+    def unit(matrix: np.ndarray) -> np.ndarray:
+        matrix = np.asarray(matrix, dtype=np.float64)
+        norm = float(np.linalg.norm(matrix))
+        return matrix / norm if norm > 0 else matrix
+
+    if np.shape(blame) != np.shape(base_blame):
+        raise GradianError(f"the base point gave blame of shape {np.shape(base_blame)}, the adapter "
+                           f"{np.shape(blame)}", "report this with the gradian doctor output")
+    return (1.0 - share) * unit(blame) + share * unit(base_blame)
+
+
+def base_point_record(share: float, index_id: str) -> dict[str, Any]:
+    """The base point as the report's method section lists it, beside the checkpoints."""
+    return {"step": 0, "adapter": "base point (the adapter's B matrices zeroed)", "learning_rate": None,
+            "weight": round(share, 6), "is_adapter": False, "base_point": True, "index_id": index_id}

@@ -1,7 +1,8 @@
-"""Another checkpoint of the same adapter, swapped into an already loaded model: no second copy of the base."""
+"""Another checkpoint of the same adapter, or the base point, swapped into an already loaded model: no second base."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,8 @@ from gradian.model.loaded import LoadedModel
 
 if TYPE_CHECKING:
     import torch
+
+_DORA_MAGNITUDE = ".lora_magnitude_vector"  # a DoRA adapter's per-output scale, in its state dict keys
 
 
 def checkpoint_hash(directory: Path, *, allow_pickle: bool = False) -> str:
@@ -27,22 +30,64 @@ def checkpoint_weights(loaded: LoadedModel, directory: Path, *, allow_pickle: bo
     The checkpoint must hold the same adapter (the same LoRA tensors, the same shapes), as every checkpoint of one
     run does; its tensors are copied into the live ones, so no second base model is loaded.
     """
-    import torch  # here, not at the top: checkpoint_hash is used while choosing checkpoints, before torch is needed
-    from peft import get_peft_model_state_dict
-
     files = inspect_adapter_dir(directory, allow_pickle=allow_pickle)
     saved = {key: tensor for key, tensor in read_adapter_tensors(files).items() if ".lora_" in key}
-    # state_dict tensors share storage with the parameters, so copying into them sets the weights
-    live = {key: tensor for key, tensor in get_peft_model_state_dict(
-        loaded.model, adapter_name=loaded.adapter_name, save_embedding_layers=False).items() if ".lora_" in key}
+    live = _live_lora_tensors(loaded)
     _check_same_adapter(saved, live, directory, loaded.adapter_dir)
+    with _swapped(loaded, live, saved, files.directory, adapter_files_hash(files)) as view:
+        yield view
+
+
+@contextmanager
+def base_point_weights(loaded: LoadedModel) -> Iterator[LoadedModel]:
+    """``loaded`` with every LoRA B matrix zeroed: the base model's outputs, before any training step.
+
+    B A x = 0, so the model computes the base model; a block's gradient there is dL/dB = dL/dW A^T (and
+    dL/dA = B^T dL/dW = 0), the base model's weight gradient seen through the subspace the adapter's A picked.
+    """
+    if loaded.adapter_hash is None:
+        raise ModelError("the base point needs an adapter: it zeroes the adapter's B matrices",
+                         "pass --adapter, or set attribution.base_point: 0")
+    live = _live_lora_tensors(loaded)
+    if any(_DORA_MAGNITUDE in key for key in live):  # DoRA rescales the base weight: zero B is not the base model
+        raise ModelError("the base point is not defined for a DoRA adapter (its magnitude vector rescales the base "
+                         "weights even with B at zero)", "set attribution.base_point: 0")
+    zeroed = {key: tensor.new_zeros(tensor.shape) if _is_b_matrix(key) else tensor for key, tensor in live.items()}
+    with _swapped(loaded, live, zeroed, loaded.adapter_dir, base_point_hash(loaded.adapter_hash)) as view:
+        yield view
+
+
+def base_point_hash(adapter_hash: str) -> str:
+    """The hash the base point's index is kept under: the adapter's, marked (only A enters its gradients)."""
+    return hashlib.sha256(f"base-point:{adapter_hash}".encode()).hexdigest()
+
+
+def _is_b_matrix(key: str) -> bool:
+    """A LoRA B (up-projection) tensor, of a linear or an embedding layer."""
+    return ".lora_B." in key or ".lora_embedding_B" in key
+
+
+def _live_lora_tensors(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+    """The model's LoRA tensors; state_dict tensors share storage with the parameters, so copying sets weights."""
+    from peft import get_peft_model_state_dict
+
+    return {key: tensor for key, tensor in get_peft_model_state_dict(
+        loaded.model, adapter_name=loaded.adapter_name, save_embedding_layers=False).items() if ".lora_" in key}
+
+
+@contextmanager
+def _swapped(loaded: LoadedModel, live: dict[str, torch.Tensor], values: dict[str, torch.Tensor],
+             adapter_dir: Path | None, adapter_hash: str) -> Iterator[LoadedModel]:
+    """``loaded`` with ``values`` copied into its live LoRA tensors, seen as ``adapter_hash``; the originals after."""
+    import torch  # here, not at the top: checkpoint_hash is used while choosing checkpoints, before torch is needed
+
     original = {key: tensor.detach().clone() for key, tensor in live.items()}
     try:
         with torch.no_grad():
             for key, tensor in live.items():
-                tensor.copy_(saved[key].to(device=tensor.device, dtype=tensor.dtype))
+                tensor.copy_(values[key].to(device=tensor.device, dtype=tensor.dtype))
         yield LoadedModel(model=loaded.model, tokenizer=loaded.tokenizer, base_model_name=loaded.base_model_name,
-                          adapter_dir=files.directory, adapter_hash=adapter_files_hash(files),
+                          adapter_dir=adapter_dir, adapter_hash=adapter_hash,
                           base_model_hash=loaded.base_model_hash, adapter_name=loaded.adapter_name,
                           quantized_training_base=loaded.quantized_training_base,
                           tokenizer_choice=loaded.tokenizer_choice)

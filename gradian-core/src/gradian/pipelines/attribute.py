@@ -21,9 +21,11 @@ from gradian.attribution.adam_state import adam_second_moment
 from gradian.attribution.causes import CauseSplit, find_causes
 from gradian.attribution.checkpoint_ensemble import (
     EnsembleBlame,
+    base_point_record,
     checkpoint_hashes,
     plan_ensemble,
     score_checkpoints,
+    with_base_point,
 )
 from gradian.attribution.clusters import assign_clusters, cluster_blame, clusters_from_field
 from gradian.attribution.index_statistics import index_statistics
@@ -41,6 +43,7 @@ from gradian.evaluation.query_signal import QuerySignalChoice
 from gradian.index.manifest import MANIFEST_NAME, read_manifest
 from gradian.index.store import Index, get_codec
 from gradian.memory import release_freed_memory
+from gradian.model.adapter_swap import base_point_hash, base_point_weights
 from gradian.model.loaded import LoadedModel, check_unsloth_absent, require_adapter
 from gradian.model.placement import Placement, resolve_placement
 from gradian.model.quantized import training_base_note
@@ -155,8 +158,10 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     with stages.stage("index") as tick:
         from gradian.index.build import build_index  # imports torch; this module does not
 
-        index = build_index(loaded, examples, config, index_dir, progress=tick, say=say,
-                            checkpoint_hashes=checkpoint_hashes(ensemble_plan, allow_pickle=allow_pickle))
+        later = checkpoint_hashes(ensemble_plan, allow_pickle=allow_pickle)
+        if config.attribution.base_point > 0 and loaded.adapter_hash is not None:
+            later.append(base_point_hash(loaded.adapter_hash))  # its index is counted against the disk up front
+        index = build_index(loaded, examples, config, index_dir, progress=tick, say=say, checkpoint_hashes=later)
     with stages.stage("query gradients"):
         from gradian.grads.capture import GradientCapture  # imports torch; this module does not
 
@@ -186,9 +191,15 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                                          allow_pickle=allow_pickle)
             if ensemble.item_blame is not None:  # the report ranks by the summed blame from here on
                 blame_matrix = ensemble.item_blame
-                scores = rescore_items(blame_matrix, scores.ids, item_ids, range(len(item_ids)),
-                                       aggregation=config.attribution.aggregation,
-                                       normalize=config.attribution.normalize, top_k=config.attribution.top_k)
+                scores = _rescored(blame_matrix, scores, item_ids, config)
+    base_point = None
+    if config.attribution.base_point > 0:
+        with stages.stage("base point") as tick, base_point_weights(loaded) as view:
+            base_blame, base_index_id, _ = _member_blame(view, examples, config, capability, eval_items,
+                                                         signal_choice, item_ids, progress=tick, say=say)
+        blame_matrix = with_base_point(blame_matrix, base_blame, config.attribution.base_point)
+        scores = _rescored(blame_matrix, scores, item_ids, config)
+        base_point = base_point_record(config.attribution.base_point, base_index_id)
     with stages.stage("clusters"):
         assignment = assign_clusters(config.attribution, examples, index)  # once: every cause is tested on it
         clusters = cluster_blame(np.asarray(scores.blame), assignment, permutations=config.attribution.permutations,
@@ -205,7 +216,15 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
                   signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=blame_matrix,
-                  item_ids=item_ids, causes=causes, ensemble=ensemble)
+                  item_ids=item_ids, causes=causes, ensemble=ensemble, base_point=base_point)
+
+
+def _rescored(blame_matrix: np.ndarray, scores: ExampleScores, item_ids: Sequence[str],
+              config: GradianConfig) -> ExampleScores:
+    """The examples scored again from a new per-item blame [examples, items], as the index scoring did."""
+    return rescore_items(blame_matrix, scores.ids, item_ids, range(len(item_ids)),
+                         aggregation=config.attribution.aggregation, normalize=config.attribution.normalize,
+                         top_k=config.attribution.top_k)
 
 
 def _run_dir(run: str | Path | None, loaded: LoadedModel) -> Path | None:
@@ -424,10 +443,11 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
            preconditioner: Preconditioner, clusters: ClusterResult, drills: list[SpanDrill],
            examples: Sequence[Example], signal_choice: QuerySignalChoice, warnings: Sequence[ReportWarning] = (),
            item_blame: np.ndarray | None = None, item_ids: Sequence[str] | None = None,
-           causes: CauseSplit | None = None, ensemble: EnsembleBlame | None = None) -> AttributionOutcome:
+           causes: CauseSplit | None = None, ensemble: EnsembleBlame | None = None,
+           base_point: dict[str, Any] | None = None) -> AttributionOutcome:
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}
     provenance = _provenance(config, command, index)
-    members = ensemble.members if ensemble is not None else ()
+    members = (*(ensemble.members if ensemble is not None else ()), *((base_point,) if base_point else ()))
     if ensemble is not None and ensemble.note:
         warnings = [*warnings, ReportWarning("attribution.checkpoints", ensemble.note)]
     if capability is None:

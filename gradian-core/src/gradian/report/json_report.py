@@ -199,15 +199,19 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner, cluste
 
 
 def checkpoints_text(members: Sequence[Mapping[str, Any]]) -> str:
-    """The scored points of the run in one line: step and weight of each, the adapter marked."""
+    """The scored points of the run in one line: step and weight of each, the adapter and the base point marked."""
     def point(member: Mapping[str, Any]) -> str:
         step = "" if member.get("step") is None else f"step {member['step']}"
         name = f"the adapter ({step})" if member.get("is_adapter") and step else "the adapter" if member.get(
             "is_adapter") else step
         return f"{name} x {member['weight']:.3g}"
 
-    return (f"blame summed over {len(members)} points of the run, weighted by learning rate (TracIn-CP): "
-            + ", ".join(point(member) for member in members))
+    run = [member for member in members if not member.get("base_point")]
+    parts = [f"blame summed over {len(run)} points of the run, weighted by learning rate (TracIn-CP): "
+             + ", ".join(point(member) for member in run)] if len(run) > 1 else []
+    parts += [f"the base model's blame (the adapter's B matrices zeroed) given {member['weight']:.3g} of the "
+              "unit-scaled total (attribution.base_point)" for member in members if member.get("base_point")]
+    return "; ".join(parts)
 
 
 CAUSES_INTRO = ("The regressed items were grouped by their query gradients and each group attributed on its own; "
