@@ -109,7 +109,8 @@ class AttributionConfig:
     checkpoints: int = _opt(4, "points of the run scored, TracIn-CP: the adapter and the run's checkpoints nearest to "
                             "evenly spaced steps before it, weighted by learning rate (1: the adapter alone)", min=1)
     # with no checkpoints kept, adapter alone 0.55 / 0.52 -> 0.70 / 0.75 mean recall@k / AUPRC at share 0.75 on the
-    # lr-5e-4 tuning cases; beside 4 checkpoints only +0.025 (bench/results/base_point.md)
+    # lr-5e-4 tuning cases, beside 4 checkpoints only +0.025; off because it accuses the clean travel_chat on the
+    # held-out clean-3 (bench/results/base_point.md)
     base_point: float = _opt(0.0, "share of the blame measured at the base model (the adapter with its B matrices "
                              "zeroed, the first point of every run; one more index): 0 leaves it out", min=0.0, max=1.0)
     seed: int = _opt(0, "seed of permutations and clustering", min=0)
