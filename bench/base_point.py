@@ -24,7 +24,6 @@ re-scores from there without a gradient.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,18 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods, fi
 
 RESULTS = Path(__file__).resolve().parent / "results" / "base_point"
 SHARES = (0.25, 0.5, 0.75)  # the base point's part of the unit-norm blame
-
-
-def base_point_adapter(adapter: Path, out: Path) -> Path:
-    """A copy of ``adapter`` with every lora_B zeroed: the same LoRA layout, computing the base model."""
-    from safetensors.torch import load_file, save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(adapter / "adapter_config.json", out / "adapter_config.json")
-    tensors = load_file(str(adapter / "adapter_model.safetensors"))
-    save_file({key: tensor.zero_() if ".lora_B" in key else tensor for key, tensor in tensors.items()},
-              str(out / "adapter_model.safetensors"))
-    return out
 
 
 def _blame(case: Any, signal: str) -> np.ndarray:
@@ -74,7 +61,7 @@ def _scored_points(workdir: Path, base_model: str, config: Any, report: Any) -> 
     from gradian.evaluation.query_signal import validate_query_signal
     from gradian.grads.capture import GradientCapture
     from gradian.index.build import build_index
-    from gradian.model.adapter_swap import checkpoint_weights
+    from gradian.model.adapter_swap import base_point_weights
 
     saved, cost_file = workdir / "base-point" / "blames.npz", workdir / "base-point" / "cost.json"
     if saved.is_file() and cost_file.is_file():
@@ -88,9 +75,9 @@ def _scored_points(workdir: Path, base_model: str, config: Any, report: Any) -> 
     for member, case in ensemble_points(final, workdir):
         members.append((member.step, member.weight, _blame(case, signal)))
         print(f"  {workdir.name} step {member.step}: weight {member.weight:.3g}", flush=True)
-    base_dir = base_point_adapter(workdir / "train" / "adapter", workdir / "base-point")
+    saved.parent.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    with checkpoint_weights(final.loaded, base_dir) as view:
+    with base_point_weights(final.loaded) as view:  # what `gradian attribute` scores with attribution.base_point
         index = build_index(view, final.examples, config, None)  # kept in the index cache, as a checkpoint's
         seconds = time.perf_counter() - began
         base_case = dataclasses.replace(final, loaded=view, index=index,
@@ -106,12 +93,12 @@ def _scored_points(workdir: Path, base_model: str, config: Any, report: Any) -> 
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     """The shipped ensemble's members and the base point, each scored; recall@k / AUPRC of their combinations."""
-    import dataclasses
 
     from gradian.attribution.checkpoint_ensemble import logged_rates, rate_at
     from gradian.attribution.scoring import rescore_items
+    from gradian.config import load_config
     from gradian.data import load_dataset
-    from gradian.demo.run import demo_config, reproduced_planted_ids
+    from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
     from gradian.report.reader import read_report
     from gradian.runs import read_run
@@ -119,8 +106,7 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     kind, seed = workdir.name.rsplit("-", 2)[-2:]
     scenario = make_scenario(kind, int(seed))
     report = read_report(workdir / "report")
-    config = demo_config(scenario)
-    config = config.replace(attribution=dataclasses.replace(config.attribution, checkpoints=4))  # as the case ran
+    config = load_config(workdir / "config.yaml")  # as the case ran: its points, signal and preconditioner
     points = _scored_points(workdir, base_model, config, report)
     members, base = points["members"], points["base"]
     # TracIn-CP's own weight for the base point: the learning rate at step 0 on the ensemble's lr / sum lr scale

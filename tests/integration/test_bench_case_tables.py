@@ -117,3 +117,20 @@ def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_
              "span_checked": 0, "verify": not_confirmed}
     rows = {line.split(" | ")[0].strip("| "): line for line in table.goal_rows([span, clean])[2:]}
     assert rows["span"].endswith("| 0/1 |") and rows["clean"].endswith("| 1/1 false accusations refuted |")
+
+
+def test_the_base_point_table_mixes_the_cases_own_points_and_rescores_from_what_it_saved(cases, tiny_base_dir,
+                                                                                          tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))  # the base point's index, not in the user's
+    base_point = _bench("base_point")
+    row = _indexed_table_row(base_point, cases, tiny_base_dir, tmp_path / "first")
+    ensembles = row["ensembles"]
+    assert all(0.0 <= m["recall_at_k"] <= 1.0 and 0.0 <= m["auprc"] <= 1.0 for m in ensembles.values())
+    # the demo case ran with attribution.checkpoints 1: its one point is the adapter, so each pair is one ranking
+    assert [m["step"] for m in row["members"]] == [row["members"][0]["step"]] and len(row["members"]) == 1
+    assert ensembles["shipped ensemble"] == ensembles["adapter alone"]
+    for share in base_point.SHARES:
+        assert ensembles[f"+ base point, share {share}"] == ensembles[f"adapter + base point, share {share}"]
+    assert (cases / "tiny-fact-4" / "base-point" / "blames.npz").is_file()
+    again = _indexed_table_row(base_point, cases, tiny_base_dir, tmp_path / "again")  # from base-point/, no gradient
+    assert again["ensembles"] == ensembles and again["base_point"] == row["base_point"]
