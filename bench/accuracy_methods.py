@@ -139,6 +139,18 @@ def preconditioner(case: Case, kind: str) -> Any:
                        adam_exp_avg_sq=adam)
 
 
+def item_blame(case: Case, signal: str) -> np.ndarray:
+    """Per-item blame [examples, items] of one point, scored as `gradian attribute` scores a checkpoint."""
+    from gradian.attribution.scoring import ItemBlameCollector, score_with_config
+
+    attribution = case.config.attribution
+    collector = ItemBlameCollector()
+    queries = preconditioner(case, attribution.preconditioner).apply(query(case, signal))
+    score_with_config(case.index, queries, attribution, item_ids=[item.id for item in case.items],
+                      item_sink=collector)
+    return collector.matrix()
+
+
 def index_blame(case: Case, queries: np.ndarray, pre: Any, *, normalize: bool = False,
                 aggregation: str = "mean") -> np.ndarray:
     """Gradian's scoring of every indexed example (aggregated over the query rows)."""

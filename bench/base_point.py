@@ -37,26 +37,12 @@ RESULTS = Path(__file__).resolve().parent / "results" / "base_point"
 SHARES = (0.25, 0.5, 0.75)  # the base point's part of the unit-norm blame
 
 
-def _blame(case: Any, signal: str) -> np.ndarray:
-    """Per-item blame [examples, items] of one point, scored as the product scores a checkpoint."""
-    from accuracy_methods import preconditioner, query
-
-    from gradian.attribution.scoring import ItemBlameCollector, score_with_config
-
-    attribution = case.config.attribution
-    collector = ItemBlameCollector()
-    queries = preconditioner(case, attribution.preconditioner).apply(query(case, signal))
-    score_with_config(case.index, queries, attribution, item_ids=[item.id for item in case.items],
-                      item_sink=collector)
-    return collector.matrix()
-
-
 def _scored_points(workdir: Path, base_model: str, config: Any, report: Any) -> dict[str, Any]:
     """Each member's and the base point's per-item blame, saved beside the case (base-point/) and reused from there."""
     import dataclasses
     import json
 
-    from accuracy_methods import ensemble_points, load_case
+    from accuracy_methods import ensemble_points, item_blame, load_case
 
     from gradian.evaluation.query_signal import validate_query_signal
     from gradian.grads.capture import GradientCapture
@@ -65,15 +51,15 @@ def _scored_points(workdir: Path, base_model: str, config: Any, report: Any) -> 
 
     saved, cost_file = workdir / "base-point" / "blames.npz", workdir / "base-point" / "cost.json"
     if saved.is_file() and cost_file.is_file():
+        kept = json.loads(cost_file.read_text())
         with np.load(saved) as held:
-            members = json.loads(cost_file.read_text())["members"]
-            return {"members": [(m["step"], m["weight"], held[f"step_{m['step']}"]) for m in members],
-                    "base": held["base"], "cost": json.loads(cost_file.read_text())["base_point"]}
+            return {"members": [(m["step"], m["weight"], held[f"step_{m['step']}"]) for m in kept["members"]],
+                    "base": held["base"], "cost": kept["base_point"]}
     signal = validate_query_signal(config.evaluation.metric, config.evaluation.query_signal).effective
     final = load_case(workdir, base_model, config, report)
     members = []
     for member, case in ensemble_points(final, workdir):
-        members.append((member.step, member.weight, _blame(case, signal)))
+        members.append((member.step, member.weight, item_blame(case, signal)))
         print(f"  {workdir.name} step {member.step}: weight {member.weight:.3g}", flush=True)
     saved.parent.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
@@ -82,7 +68,7 @@ def _scored_points(workdir: Path, base_model: str, config: Any, report: Any) -> 
         seconds = time.perf_counter() - began
         base_case = dataclasses.replace(final, loaded=view, index=index,
                                         capture=GradientCapture.for_index(view, config.grads, index))
-        base = _blame(base_case, signal)
+        base = item_blame(base_case, signal)
     print(f"  {workdir.name} base point: index {seconds:.0f} s{' (reused)' if index.reused else ''}", flush=True)
     cost = {"index_seconds": round(seconds, 1), "index_bytes": index.disk_bytes(), "reused": index.reused}
     np.savez(saved, base=base, **{f"step_{step}": blame for step, _, blame in members})
@@ -93,8 +79,7 @@ def _scored_points(workdir: Path, base_model: str, config: Any, report: Any) -> 
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     """The shipped ensemble's members and the base point, each scored; recall@k / AUPRC of their combinations."""
-
-    from gradian.attribution.checkpoint_ensemble import logged_rates, rate_at
+    from gradian.attribution.checkpoint_ensemble import logged_rates, rate_at, with_base_point
     from gradian.attribution.scoring import rescore_items
     from gradian.config import load_config
     from gradian.data import load_dataset
@@ -125,18 +110,16 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
         return {"recall_at_k": m["recall_at_k"], "auprc": m["auprc"]}
 
     shipped = sum(weight * blame for _, weight, blame in members)
-    unit_shipped, unit_base = shipped / np.linalg.norm(shipped), base / np.linalg.norm(base)
     combos = {"shipped ensemble": measured(shipped),
               "+ base point, TracIn lr share": measured((1 - lr_share) * shipped + lr_share * base)}
-    for share in SHARES:  # each side scaled to unit norm first: the raw base-point blame is on another scale
-        combos[f"+ base point, share {share}"] = measured((1 - share) * unit_shipped + share * unit_base)
+    for share in SHARES:  # as attribution.base_point mixes: each side scaled to unit norm first
+        combos[f"+ base point, share {share}"] = measured(with_base_point(shipped, base, share))
     combos["base point alone"] = measured(base)
-    # a run with no checkpoints kept (most users' runs): the adapter alone, with and without the base point
-    adapter = next(blame for step, _, blame in members if step == max(s for s, _, _ in members))
+    # a run with no checkpoints kept (most users' runs): the adapter alone (ensemble_points yields it last)
+    adapter = members[-1][2]
     combos["adapter alone"] = measured(adapter)
     for share in SHARES:
-        combos[f"adapter + base point, share {share}"] = measured(
-            (1 - share) * adapter / np.linalg.norm(adapter) + share * unit_base)
+        combos[f"adapter + base point, share {share}"] = measured(with_base_point(adapter, base, share))
     print(f"  {workdir.name}: " + "; ".join(f"{k} {v['recall_at_k']:.2f} / {v['auprc']:.2f}"
                                              for k, v in combos.items()), flush=True)
     return {"case": workdir.name, "members": [{"step": step, "weight": weight} for step, weight, _ in members],

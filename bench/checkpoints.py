@@ -41,10 +41,10 @@ def run_checkpoints(run: Path) -> list[tuple[int, Path, float]]:
 
 def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     """Each checkpoint's per-item blame, then recall@k / AUPRC of the ensembles of the last 1..k checkpoints."""
-    from accuracy_methods import load_case, preconditioner, query
+    from accuracy_methods import item_blame, load_case
 
     from gradian.attribution.checkpoint_ensemble import plan_ensemble
-    from gradian.attribution.scoring import ItemBlameCollector, rescore_items, score_with_config
+    from gradian.attribution.scoring import rescore_items
     from gradian.demo.run import demo_config, reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
     from gradian.evaluation.query_signal import validate_query_signal
@@ -70,10 +70,7 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
         seconds = time.perf_counter() - began
         case = dataclasses.replace(final, loaded=loaded, index=index,
                                    capture=GradientCapture.for_index(loaded, config.grads, index))
-        collector = ItemBlameCollector()
-        pq = preconditioner(case, attribution.preconditioner).apply(query(case, signal))
-        score_with_config(index, pq, attribution, item_ids=item_ids, item_sink=collector)
-        blames.append(collector.matrix())
+        blames.append(item_blame(case, signal))
         built.append({"step": step, "learning_rate": rate, "index_seconds": round(seconds, 1),
                       "index_bytes": index.disk_bytes(), "reused": index.reused})
         print(f"  {workdir.name} checkpoint-{step}: lr {rate:.3g}, index {seconds:.0f} s", flush=True)

@@ -18,7 +18,7 @@ from gradian.cli.app import main
 from gradian.errors import GradianError
 from gradian.report.json_report import checkpoints_text
 from tests.core.counterfactual_reports import write_dataset
-from tests.core.test_report_files import _read_scores_csv
+from tests.core.test_checkpoint_ensemble import _item_blame
 
 
 @pytest.fixture(autouse=True)
@@ -95,11 +95,6 @@ def _attribute(tiny_base_dir, adapter: Path, dataset: Path, out: Path, share: fl
             "evaluation.require_significant=false", "--set", f"attribution.base_point={share}"]
     assert main(argv) == 0
     return json.loads((out / "report.json").read_text())
-
-
-def _item_blame(out: Path, items: list[str]) -> np.ndarray:
-    rows = sorted(_read_scores_csv(out / "scores.csv"), key=lambda row: int(row["position"]))
-    return np.array([[float(row[f"item:{item}"]) for item in items] for row in rows])
 
 
 def test_attribute_mixes_the_adapters_blame_with_the_base_points(tiny_base_dir, tiny_adapter_dir, tmp_path):
