@@ -134,3 +134,63 @@ def test_the_base_point_table_mixes_the_cases_own_points_and_rescores_from_what_
     assert (cases / "tiny-fact-4" / "base-point" / "blames.npz").is_file()
     again = _indexed_table_row(base_point, cases, tiny_base_dir, tmp_path / "again")  # from base-point/, no gradient
     assert again["ensembles"] == ensembles and again["base_point"] == row["base_point"]
+
+
+def test_the_loss_drop_table_measures_the_base_model_and_the_adapter_and_rescores_from_what_it_saved(
+        cases, tiny_base_dir, tmp_path, monkeypatch):
+    import numpy as np
+    import torch
+
+    from gradian.config import load_config
+    from gradian.data import encode, load_dataset
+    from gradian.grads import collate
+    from gradian.grads.loss import supervised_loss
+    from gradian.model.loaded import LoadedModel
+
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
+    loss_drop = _bench("loss_drop")
+    row = _indexed_table_row(loss_drop, cases, tiny_base_dir, tmp_path / "first")
+    workdir = cases / "tiny-fact-4"
+    with np.load(workdir / "loss-drop" / "row_loss.npz") as held:
+        before, after = held["base"], held["adapter"]
+    # the base model's losses are the adapter disabled's, row by row (padding in a batch changes nothing)
+    loaded = LoadedModel.load(str(tiny_base_dir), workdir / "train" / "adapter")
+    config = load_config(workdir / "config.yaml")
+    examples = load_dataset(workdir / "scenario" / "train.jsonl")[:3]
+    pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else loaded.tokenizer.eos_token_id
+    with torch.no_grad(), loaded.model.disable_adapter():
+        alone = [float(supervised_loss(loaded.model, collate([encode(e, loaded.tokenizer, config.grads.max_seq_length)],
+                                                               pad), "mean").per_example[0]) for e in examples]
+    assert np.allclose(before[:3], alone, atol=1e-5) and not np.allclose(before, after)
+    rankings = row["rankings"]
+    assert all(0.0 <= r["recall_at_k"] <= 1.0 for r in rankings.values())
+    again = _indexed_table_row(loss_drop, cases, tiny_base_dir, tmp_path / "again")  # from loss-drop/, no model pass
+    assert again["rankings"] == rankings and again["mean_drop"] == row["mean_drop"]
+
+
+def test_the_sentence_rerank_table_puts_a_one_sentence_row_on_its_own_score_and_rescores_from_what_it_saved(
+        cases, tiny_base_dir, tmp_path, monkeypatch):
+    import numpy as np
+
+    from gradian.data import load_dataset
+    from gradian.query.sentences import sentence_spans
+
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
+    rerank = _bench("sentence_rerank")
+    workdir = cases / "tiny-fact-4"
+    ranked, shortlist = rerank.rankings(workdir, str(tiny_base_dir), 12)
+    rows, alone = ranked["rows' blame (shipped)"], ranked["alone: most blamed sentence"]
+    examples = load_dataset(workdir / "scenario" / "train.jsonl")
+    whole = [int(p) for p in shortlist if [(0, len(examples[p].messages[-1].content))]
+             == sentence_spans(examples[p].messages[-1].content) and len(examples[p].messages) == 2]
+    assert whole, "the tiny fact case has one-sentence answers"
+    # a one-sentence answer drilled alone is the row itself: on the rows' scale its score is the row's (up to the
+    # index's float16 storage; the drill's gradients are float32)
+    assert np.allclose(alone[whole], rows[whole], rtol=2e-3, atol=1e-6)
+    outside = np.setdiff1d(np.arange(len(rows)), shortlist)
+    assert all(np.array_equal(ranked[name][outside], rows[outside]) for name in ranked)
+    out = tmp_path / "table"
+    assert rerank.main(["--cases", str(cases), "tiny-fact-4", "--base-model", str(tiny_base_dir), "--out", str(out),
+                        "--shortlist", "12"]) == 0  # from sentence-rerank/, no gradient
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert row["shortlist"] == 12 and all(0.0 <= m["recall_at_k"] <= 1.0 for m in row["rankings"].values())
