@@ -129,17 +129,15 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """One table: per case, recall@k / AUPRC of each combination, and the base point's index cost."""
+    from finished_cases import recall_cells, recall_table_head
+
     names = list(cases[0]["ensembles"]) if cases else []
-    lines = ["# The base model as a point of the checkpoint ensemble", "", f"`{command}`", "",
-             "Each cell: recall@k / AUPRC of the planted rows.", "",
-             "| case | " + " | ".join(names) + " | TracIn lr share | base point's index |",
-             "|---|" + "---|" * (len(names) + 2)]
+    lines = recall_table_head("The base model as a point of the checkpoint ensemble", command, names,
+                              ["TracIn lr share", "base point's index"])
     for case in cases:
         base = case["base_point"]
         cost = f"{base['index_seconds']:.0f} s, {base['index_bytes'] / 1e9:.2f} GB"
-        lines.append(f"| {case['case']} | " + " | ".join(
-            f"{case['ensembles'][n]['recall_at_k']:.2f} / {case['ensembles'][n]['auprc']:.2f}" for n in names)
-            + f" | {base['lr_share']:.2f} | {cost} |")
+        lines.append(f"| {case['case']} | {recall_cells(case['ensembles'], names)} | {base['lr_share']:.2f} | {cost} |")
     lines.append("")
     return "\n".join(lines)
 

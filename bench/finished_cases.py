@@ -26,6 +26,17 @@ def write_results(out: Path, command: str, cases: list[dict[str, Any]], text: st
     print(text)
 
 
+def recall_cells(metrics: dict[str, dict[str, float]], names: list[str]) -> str:
+    """``recall@k / AUPRC`` of each named ranking, as the cells of one markdown table row."""
+    return " | ".join(f"{metrics[name]['recall_at_k']:.2f} / {metrics[name]['auprc']:.2f}" for name in names)
+
+
+def recall_table_head(title: str, command: str, names: list[str], extra: list[str]) -> list[str]:
+    """The title, the command and the header of a table of cases x rankings (recall@k / AUPRC) + ``extra`` columns."""
+    return [f"# {title}", "", f"`{command}`", "", "Each cell: recall@k / AUPRC of the planted rows.", "",
+            "| case | " + " | ".join([*names, *extra]) + " |", "|---|" + "---|" * (len(names) + len(extra))]
+
+
 def command_line(script: str, argv: list[str] | None) -> str:
     """``python bench/<script> <arguments>`` as a results file quotes it, each ``--note`` and its text left out."""
     given = list(argv if argv is not None else sys.argv[1:])

@@ -142,15 +142,14 @@ def score_case(workdir: Path, base_model: str, shortlist_size: int) -> dict[str,
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """One table: per case, recall@k / AUPRC of each ranking, the planted share of the shortlist and its cost."""
+    from finished_cases import recall_cells, recall_table_head
+
     names = list(cases[0]["rankings"]) if cases else []
-    lines = ["# Rows ranked by their most blamed sentence", "", f"`{command}`", "",
-             "Each cell: recall@k / AUPRC of the planted rows.", "",
-             "| case | " + " | ".join(names) + " | planted rows in the shortlist | sentence blames |",
-             "|---|" + "---|" * (len(names) + 2)]
+    lines = recall_table_head("Rows ranked by their most blamed sentence", command, names,
+                              ["planted rows in the shortlist", "sentence blames"])
     for case in cases:
-        lines.append(f"| {case['case']} | " + " | ".join(
-            f"{case['rankings'][n]['recall_at_k']:.2f} / {case['rankings'][n]['auprc']:.2f}" for n in names)
-            + f" | {case['planted_in_shortlist']:.2f} of them in the top {case['shortlist']} | {case['seconds']:.0f} s |")
+        lines.append(f"| {case['case']} | {recall_cells(case['rankings'], names)} | {case['planted_in_shortlist']:.2f} "
+                     f"of them in the top {case['shortlist']} | {case['seconds']:.0f} s |")
     lines.append("")
     return "\n".join(lines)
 
