@@ -22,6 +22,31 @@ def test_plain_progress_lines_come_at_the_start_every_interval_and_at_the_end(ca
                    "gradian: index 100/100 (100%), 11.11 ex/s, ETA 0:00:00"]
 
 
+def test_a_count_that_goes_back_is_a_new_pass_with_its_own_rate(capsys):
+    now = [0.0]
+    lines = progress._Lines(clock=lambda: now[0])
+    tick = lines.stage("checkpoints")  # one index per checkpoint, all under one stage
+    for done, at in ((0, 0.0), (100, 10.0), (0, 10.5), (50, 20.5)):
+        now[0] = at
+        tick(done, 100)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["gradian: checkpoints 0/100 (0%)", "gradian: checkpoints 100/100 (100%), 10.00 ex/s, ETA 0:00:00",
+                   "gradian: checkpoints 0/100 (0%)", "gradian: checkpoints 50/100 (50%), 5.00 ex/s, ETA 0:00:10"]
+
+
+def test_rich_bars_restart_their_clock_on_a_new_pass():
+    bars = progress._Bars()
+    tick = bars.stage("checkpoints")
+    try:
+        tick(100, 100)
+        task = bars.progress.tasks[0]
+        assert task.finished
+        tick(0, 100)
+        assert task.completed == 0 and not task.finished and task.fields["first"] == 0
+    finally:
+        bars.close()
+
+
 def test_stage_bars_print_lines_to_a_non_terminal_and_nothing_when_quiet(capsys):
     with progress.stage_bars() as bars:
         bars("score")(5, 5)

@@ -1,7 +1,9 @@
 """Progress on stderr for long stages, shared by every command: rich bars on a terminal, plain lines otherwise.
 
 A stage's bar appears at its first report, so input refused before any work leaves no empty bar behind, and
-work finished in an earlier run (a resumed index) does not count toward the rate. When stderr is not a terminal
+work finished in an earlier run (a resumed index) does not count toward the rate. A count that goes back starts a
+new pass of the stage (``attribute`` builds one index per checkpoint under one "checkpoints" stage), whose rate and
+ETA are its own. When stderr is not a terminal
 (CI logs, ``2> log``, a notebook) a bar would print nothing useful until the end, so each stage prints a line
 at its first report, every LINE_INTERVAL seconds, and when it completes. ``-q`` turns both off.
 """
@@ -48,13 +50,15 @@ class _Lines:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.started: dict[str, tuple[float, int]] = {}  # stage -> (time, done) at its first report
+        self.started: dict[str, tuple[float, int]] = {}  # stage -> (time, done) at its pass's first report
         self.printed: dict[str, float] = {}
+        self.done: dict[str, int] = {}
 
     def stage(self, name: str) -> Tick:
         def update(done: int, total: int) -> None:
             now = self.clock()
-            first = name not in self.started
+            first = name not in self.started or done < self.done[name]
+            self.done[name] = done
             if first:
                 self.started[name] = (now, done)
             finished = total > 0 and done >= total
@@ -82,6 +86,7 @@ class _Bars:
     def __init__(self) -> None:
         self.progress: Any = None
         self.tasks: dict[str, Any] = {}
+        self.done: dict[str, int] = {}
 
     def stage(self, name: str) -> Tick:
         def update(done: int, total: int) -> None:
@@ -89,6 +94,9 @@ class _Bars:
                 self._start()
             if name not in self.tasks:
                 self.tasks[name] = self.progress.add_task(name, total=total, completed=done, first=done)
+            elif done < self.done[name]:  # a new pass: its own clock, so the rate is not the last pass's
+                self.progress.reset(self.tasks[name], total=total, completed=done, first=done)
+            self.done[name] = done
             self.progress.update(self.tasks[name], total=total, completed=done)
 
         return update
