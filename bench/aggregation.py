@@ -79,13 +79,16 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
             cells = [f"{np.mean([c['methods'][n]['recall_at_k'] for c in chosen]):.3f} / "
                      f"{np.mean([c['methods'][n]['auprc'] for c in chosen]):.3f}" for n in names]
             lines.append(f"| **mean, {label}** | | {len(chosen)} cases | " + " | ".join(cells) + " |")
+    carried = [case["case"] for case in cases if case.get("carried")]
+    if carried:
+        notes = [*notes, f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]
     lines += ["", *[f"- {note}" for note in notes]] if notes else []
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Score each named case, print and write the table."""
-    from finished_cases import command_line, write_results
+    """Score each named case (carrying the earlier row of one whose work dir is gone), print and write the table."""
+    from finished_cases import command_line, scored_or_carried, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True)
@@ -93,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", action="append", default=[], help="a line under the table (repeatable)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    cases = [score_case(args.cases / name) for name in args.names]
+    cases = scored_or_carried("aggregation", args, lambda case: (case / "report" / "scores.csv").is_file(),
+                              score_case)
+    if cases is None:
+        return 2
     command = command_line("aggregation.py", argv)
     write_results(args.out, command, cases, markdown(cases, command, args.note))
     return 0

@@ -105,18 +105,26 @@ def carrying_main(tool: str, description: str, results: Path, argv: list[str] | 
     A case dir is ~8 GB and machines are not kept, so a row once measured stays in the table, marked ``carried``.
     """
     args = _parser(description, results, "case dirs, e.g. lr5e4-fact-3 clean-3", add_arguments).parse_args(argv)
+    cases = scored_or_carried(tool, args, finished, lambda case: score(case, args))
+    return 2 if cases is None else _write(tool, argv, args.out, cases, markdown)
+
+
+def scored_or_carried(tool: str, args: argparse.Namespace, finished: Callable[[Path], bool],
+                      score: Callable[[Path], dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Each of ``args.names`` scored where its case is finished, else its row in ``args.out`` marked ``carried``.
+
+    None, said on stderr, when a case is named twice or is neither finished nor in the earlier results.
+    """
     if named_twice(tool, args.names):
-        return 2
+        return None
     earlier = earlier_rows(args.out)
     here = {name for name in args.names if finished(args.cases / name)}
     missing = [name for name in args.names if name not in here and name not in earlier]
     if missing:
         print(f"{tool}: no finished case under {args.cases} and no earlier row for {', '.join(missing)}",
               file=sys.stderr)
-        return 2
-    cases = [score(args.cases / name, args) if name in here else {**earlier[name], "carried": True}
-             for name in args.names]
-    return _write(tool, argv, args.out, cases, markdown)
+        return None
+    return [score(args.cases / name) if name in here else {**earlier[name], "carried": True} for name in args.names]
 
 
 def indexed_case_main(tool: str, description: str, results: Path, argv: list[str] | None,

@@ -64,6 +64,20 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
     assert goal_table.main(["--cases", str(cases), "tiny-fact-4", "tiny-fact-4", "--out", str(out)]) == 2
 
 
+@pytest.mark.slow
+def test_the_aggregation_table_scores_every_variant_and_carries_the_case_once_gone(cases, tmp_path):
+    aggregation = _bench("aggregation")
+    out = tmp_path / "aggregation"
+    assert aggregation.main(["--cases", str(cases), "tiny-fact-4", "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert set(row["methods"]) == {"mean", "harm", "max", "rank_vote", "clip3"} and row["items"] > 0
+    assert aggregation.main(["--cases", str(tmp_path / "elsewhere"), "tiny-fact-4", "--out", str(out)]) == 0
+    carried = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert carried.pop("carried") is True and carried == row
+    assert "Carried from the earlier results file" in out.with_suffix(".md").read_text()
+    assert aggregation.main(["--cases", str(cases), "tiny-fact-9", "--out", str(out)]) == 2
+
+
 def test_the_peers_table_refuses_a_case_named_twice(tmp_path, capsys):
     peers = _bench("peers")
     assert peers.main(["--cases", str(tmp_path), "fact-5", "fact-5", "--out", str(tmp_path / "peers")]) == 2
