@@ -32,6 +32,18 @@ def _indexed_table_row(table, cases, tiny_base_dir, out):
     return json.loads(out.with_suffix(".json").read_text())["cases"][0]
 
 
+def _table_row(table, cases, out):
+    """Run a table on tiny-fact-4; its one row."""
+    assert table.main(["--cases", str(cases), "tiny-fact-4", "--out", str(out)]) == 0
+    return json.loads(out.with_suffix(".json").read_text())["cases"][0]
+
+
+def _carried_once_gone(table, row, elsewhere, out):
+    """The work dir gone, the case's row comes back from the results file, marked as carried."""
+    carried = _table_row(table, elsewhere, out)
+    assert carried.pop("carried") is True and carried == row
+
+
 @pytest.fixture(scope="module")
 def cases(tiny_base_dir, tmp_path_factory):
     """A directory holding one finished demo case, ``tiny-fact-4`` (a held-out seed), on the tiny model."""
@@ -50,15 +62,11 @@ def cases(tiny_base_dir, tmp_path_factory):
 def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path):
     goal_table = _bench("goal_table")
     out = tmp_path / "goal"
-    assert goal_table.main(["--cases", str(cases), "tiny-fact-4", "--out", str(out)]) == 0
-    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    row = _table_row(goal_table, cases, out)
     assert row["kind"] == "fact" and row["seed"] == 4 and row["held_out"]
     assert 0.0 <= row["recall_at_k"] <= 1.0 and row["planted_clusters"] == ["trivia_import"]
     assert "| fact | 1 |" in out.with_suffix(".md").read_text()
-    # the work dir gone, its row comes from the results file, marked as carried; an unknown case is refused
-    assert goal_table.main(["--cases", str(tmp_path / "elsewhere"), "tiny-fact-4", "--out", str(out)]) == 0
-    carried = json.loads(out.with_suffix(".json").read_text())["cases"][0]
-    assert carried.pop("carried") is True and carried == row
+    _carried_once_gone(goal_table, row, tmp_path / "elsewhere", out)  # and an unknown case is refused:
     assert goal_table.main(["--cases", str(cases), "tiny-fact-9", "--out", str(out)]) == 2
     # a case named twice is refused, not counted twice in its kind's goal row
     assert goal_table.main(["--cases", str(cases), "tiny-fact-4", "tiny-fact-4", "--out", str(out)]) == 2
@@ -68,12 +76,9 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
 def test_the_aggregation_table_scores_every_variant_and_carries_the_case_once_gone(cases, tmp_path):
     aggregation = _bench("aggregation")
     out = tmp_path / "aggregation"
-    assert aggregation.main(["--cases", str(cases), "tiny-fact-4", "--out", str(out)]) == 0
-    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    row = _table_row(aggregation, cases, out)
     assert set(row["methods"]) == {"mean", "harm", "max", "rank_vote", "clip3"} and row["items"] > 0
-    assert aggregation.main(["--cases", str(tmp_path / "elsewhere"), "tiny-fact-4", "--out", str(out)]) == 0
-    carried = json.loads(out.with_suffix(".json").read_text())["cases"][0]
-    assert carried.pop("carried") is True and carried == row
+    _carried_once_gone(aggregation, row, tmp_path / "elsewhere", out)
     assert "Carried from the earlier results file" in out.with_suffix(".md").read_text()
     assert aggregation.main(["--cases", str(cases), "tiny-fact-9", "--out", str(out)]) == 2
 
