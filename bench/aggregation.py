@@ -8,7 +8,15 @@ over the checkpoint ensemble). This re-aggregates those columns offline, so ever
   item is not offset by its help on another;
 - max: the largest standardized blame over items (LESS scores a row by its best-matching target task);
 - rank_vote: the mean rank over items, as ``attribution.aggregation: rank_vote``;
-- clip3: the mean of the standardized blame clipped to [-3, 3].
+- clip3: the mean of the standardized blame clipped to [-3, 3];
+- top2: the mean of a row's two largest standardized blames, max with one item's noise averaged away;
+- lse2: a soft maximum, 2 log mean exp(z / 2): the mean as its temperature grows, the max as it shrinks;
+- rrf: reciprocal rank fusion of the mean's and the max's rankings (1 / (60 + rank), summed), the IR way to join two
+  rankings whose scores are on different scales.
+
+Each case also gets its items' agreement: the mean correlation between two regressed items' standardized blame over
+the examples. One cluster that answers every item (behaviour) should show high agreement, one planted row per item
+(rare) low; if so, agreement could choose between the mean and the max.
 
 Metrics against the planted rows: recall@k (k = the planted rows) and AUPRC, over all regressed items pooled.
 
@@ -36,8 +44,22 @@ def variants(blame: np.ndarray) -> dict[str, np.ndarray]:
     mean, std = blame.mean(axis=0), blame.std(axis=0)
     z = zscores(blame, mean, std)
     ranks = np.column_stack([average_ranks(blame[:, item]) for item in range(blame.shape[1])])
-    return {"mean": mean_zscore(blame, mean, std), "harm": harm_zscore(blame, mean, std), "max": z.max(axis=1),
-            "rank_vote": -ranks.mean(axis=1), "clip3": np.clip(z, -3.0, 3.0).mean(axis=1)}
+    mean_z, max_z = mean_zscore(blame, mean, std), z.max(axis=1)
+    top2 = np.sort(z, axis=1)[:, -2:].mean(axis=1)
+    # log-mean-exp shifted by each row's max, so a z of +30 does not overflow
+    lse2 = max_z + 2.0 * np.log(np.exp((z - max_z[:, None]) / 2.0).mean(axis=1))
+    rrf = 1.0 / (60.0 + average_ranks(mean_z)) + 1.0 / (60.0 + average_ranks(max_z))
+    return {"mean": mean_z, "harm": harm_zscore(blame, mean, std), "max": max_z,
+            "rank_vote": -ranks.mean(axis=1), "clip3": np.clip(z, -3.0, 3.0).mean(axis=1), "top2": top2,
+            "lse2": lse2, "rrf": rrf}
+
+
+def agreement(blame: np.ndarray) -> float:
+    """The mean correlation over pairs of regressed items of their blame across the examples (nan under 2 items)."""
+    if blame.shape[1] < 2:
+        return float("nan")
+    corr = np.corrcoef(blame, rowvar=False)
+    return float(np.nanmean(corr[np.triu_indices_from(corr, k=1)]))  # an item with no spread has no correlation
 
 
 def score_case(directory: Path) -> dict[str, Any]:
@@ -58,6 +80,7 @@ def score_case(directory: Path) -> dict[str, Any]:
     truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     blame = report_item_blame(directory / "report")[2]
     row["items"] = int(blame.shape[1])
+    row["agreement"] = agreement(blame)
     for name, scores in variants(blame).items():
         metrics = truth.score(scores)
         row["methods"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
@@ -66,24 +89,35 @@ def score_case(directory: Path) -> dict[str, Any]:
 
 def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str:
     """The table: one row per case, one column per aggregation, then the means."""
-    names = ["mean", "harm", "max", "rank_vote", "clip3"]
+    names = ["mean", "harm", "max", "rank_vote", "clip3", "top2", "lse2", "rrf"]
     lines = ["# Aggregating the regressed items' blame (recall@k / AUPRC)", "", f"`{command}`", "",
-             "| case | seed | items | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+             "| case | seed | items | agreement | " + " | ".join(names) + " |",
+             "|---|---|---|---|" + "---|" * len(names)]
     scored = [case for case in cases if case["methods"]]
     for case in scored:
-        cells = [f"{case['methods'][n]['recall_at_k']:.2f} / {case['methods'][n]['auprc']:.2f}" for n in names]
-        lines.append(f"| {case['case']} | {case['seed']} | {case['items']} | " + " | ".join(cells) + " |")
+        cells = [_cell([case], name) for name in names]
+        agreed = f"{case['agreement']:.2f}" if "agreement" in case else "-"
+        lines.append(f"| {case['case']} | {case['seed']} | {case['items']} | {agreed} | " + " | ".join(cells) + " |")
     for label, chosen in (("tuning seeds 0-2", [c for c in scored if c["seed"] < 3]),
                           ("held-out seeds 3+", [c for c in scored if c["seed"] >= 3])):
         if chosen:
-            cells = [f"{np.mean([c['methods'][n]['recall_at_k'] for c in chosen]):.3f} / "
-                     f"{np.mean([c['methods'][n]['auprc'] for c in chosen]):.3f}" for n in names]
-            lines.append(f"| **mean, {label}** | | {len(chosen)} cases | " + " | ".join(cells) + " |")
+            cells = [_cell(chosen, name, digits=3) for name in names]
+            lines.append(f"| **mean, {label}** | | {len(chosen)} cases | | " + " | ".join(cells) + " |")
     carried = [case["case"] for case in cases if case.get("carried")]
     if carried:
         notes = [*notes, f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]
     lines += ["", *[f"- {note}" for note in notes]] if notes else []
     return "\n".join(lines) + "\n"
+
+
+def _cell(cases: list[dict[str, Any]], name: str, digits: int = 2) -> str:
+    """recall@k / AUPRC of one variant, averaged over the cases scored with it; (n) where fewer than all were."""
+    having = [case["methods"][name] for case in cases if name in case["methods"]]
+    if not having:
+        return "-"
+    cell = (f"{np.mean([m['recall_at_k'] for m in having]):.{digits}f} / "
+            f"{np.mean([m['auprc'] for m in having]):.{digits}f}")
+    return cell if len(having) == len(cases) else f"{cell} ({len(having)})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gradian.demo.run import demo_config, run_demo
@@ -77,10 +78,33 @@ def test_the_aggregation_table_scores_every_variant_and_carries_the_case_once_go
     aggregation = _bench("aggregation")
     out = tmp_path / "aggregation"
     row = _table_row(aggregation, cases, out)
-    assert set(row["methods"]) == {"mean", "harm", "max", "rank_vote", "clip3"} and row["items"] > 0
+    assert set(row["methods"]) == {"mean", "harm", "max", "rank_vote", "clip3", "top2", "lse2", "rrf"}
+    assert row["items"] > 0 and -1.0 <= row["agreement"] <= 1.0
     _carried_once_gone(aggregation, row, tmp_path / "elsewhere", out)
     assert "Carried from the earlier results file" in out.with_suffix(".md").read_text()
     assert aggregation.main(["--cases", str(cases), "tiny-fact-9", "--out", str(out)]) == 2
+
+
+def test_the_aggregation_variants_lie_between_the_mean_and_the_max_and_agreement_reads_the_items():
+    from gradian.attribution.aggregation import average_ranks
+
+    aggregation = _bench("aggregation")
+    rng = np.random.default_rng(0)
+    blame = rng.normal(size=(300, 8))
+    blame[0] = [12.0, -4.0, -4.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # one item's own planted row, which two others disown
+    blame[1:4] += 2.0  # rows that push every item a little
+    scores = aggregation.variants(blame)
+    mean, top = scores["mean"], scores["max"]
+    assert top.argmax() == 0 and mean.argmax() in (1, 2, 3)
+    for name in ("top2", "lse2"):
+        assert np.all(mean <= scores[name] + 1e-9) and np.all(scores[name] <= top + 1e-9), name
+    # the mean sinks the lone spike and the max the broad push; the soft max and the fusion keep both near the top
+    assert average_ranks(mean)[0] > 20 and average_ranks(top)[1:4].max() > 10
+    assert average_ranks(scores["lse2"])[:4].max() <= 5 and average_ranks(scores["rrf"])[:4].max() <= 15
+    same = np.repeat(rng.normal(size=(300, 1)), 4, axis=1)
+    assert aggregation.agreement(same) == pytest.approx(1.0)
+    assert abs(aggregation.agreement(rng.normal(size=(300, 4)))) < 0.2
+    assert np.isnan(aggregation.agreement(blame[:, :1]))
 
 
 def test_the_peers_table_refuses_a_case_named_twice(tmp_path, capsys):
