@@ -3,9 +3,9 @@
 A stage's bar appears at its first report, so input refused before any work leaves no empty bar behind, and
 work finished in an earlier run (a resumed index) does not count toward the rate. A count that goes back starts a
 new pass of the stage (``attribute`` builds one index per checkpoint under one "checkpoints" stage), whose rate and
-ETA are its own. When stderr is not a terminal
-(CI logs, ``2> log``, a notebook) a bar would print nothing useful until the end, so each stage prints a line
-at its first report, every LINE_INTERVAL seconds, and when it completes. ``-q`` turns both off.
+ETA are its own. When stderr is not a terminal (CI logs, ``2> log``, a notebook) a bar would print nothing useful
+until the end, so each stage prints a line at its first report, every LINE_INTERVAL seconds, and when it
+completes. ``-q`` turns both off.
 """
 
 from __future__ import annotations
