@@ -3,7 +3,9 @@
 Each case's report saves every example's blame toward every regressed item (scores.csv's ``item:`` columns, summed
 over the checkpoint ensemble). This re-aggregates those columns offline, so every variant ranks the same numbers:
 
-- mean: the mean over items of the item-standardized blame (the shipped ``attribution.aggregation: mean``);
+- mean: the mean over items of the item-standardized blame (the shipped ``attribution.aggregation: mean``; it
+  reproduces the report's own ranking where the report kept its items as one cause; where it split them, as on the
+  tests' tiny case, the report ranks by its causes and this pools every item: 0.05 against the report's 0.00 there);
 - harm: the mean over items of the positive part of the standardized blame, so what a row did to one regressed
   item is not offset by its help on another;
 - max: the largest standardized blame over items (LESS scores a row by its best-matching target task);
