@@ -12,7 +12,8 @@ over the checkpoint ensemble). This re-aggregates those columns offline, so ever
 - rank_vote: the mean rank over items, as ``attribution.aggregation: rank_vote``;
 - clip3: the mean of the standardized blame clipped to [-3, 3];
 - top2: the mean of a row's two largest standardized blames, max with one item's noise averaged away;
-- lse2: a soft maximum, 2 log mean exp(z / 2): the mean as its temperature grows, the max as it shrinks;
+- smooth_max: a soft maximum, 2 log mean exp(z / 2): the mean as its temperature grows, the max as it shrinks
+  (written down as ``lse2`` before any case was scored with it; now ``attribution.aggregation: smooth_max``);
 - rrf: reciprocal rank fusion of the mean's and the max's rankings (1 / (60 + rank), summed), the IR way to join two
   rankings whose scores are on different scales.
 
@@ -41,19 +42,17 @@ RESULTS = Path(__file__).resolve().parent / "results" / "aggregation"
 
 def variants(blame: np.ndarray) -> dict[str, np.ndarray]:
     """One score per example under each aggregation, from the report's per-item blame [examples, items]."""
-    from gradian.attribution.aggregation import average_ranks, harm_zscore, mean_zscore, zscores
+    from gradian.attribution.aggregation import average_ranks, harm_zscore, mean_zscore, smooth_max_zscore, zscores
 
     mean, std = blame.mean(axis=0), blame.std(axis=0)
     z = zscores(blame, mean, std)
     ranks = np.column_stack([average_ranks(blame[:, item]) for item in range(blame.shape[1])])
     mean_z, max_z = mean_zscore(blame, mean, std), z.max(axis=1)
     top2 = np.sort(z, axis=1)[:, -2:].mean(axis=1)
-    # log-mean-exp shifted by each row's max, so a z of +30 does not overflow
-    lse2 = max_z + 2.0 * np.log(np.exp((z - max_z[:, None]) / 2.0).mean(axis=1))
     rrf = 1.0 / (60.0 + average_ranks(mean_z)) + 1.0 / (60.0 + average_ranks(max_z))
     return {"mean": mean_z, "harm": harm_zscore(blame, mean, std), "max": max_z,
             "rank_vote": -ranks.mean(axis=1), "clip3": np.clip(z, -3.0, 3.0).mean(axis=1), "top2": top2,
-            "lse2": lse2, "rrf": rrf}
+            "smooth_max": smooth_max_zscore(blame, mean, std), "rrf": rrf}
 
 
 def agreement(blame: np.ndarray) -> float:
@@ -91,7 +90,7 @@ def score_case(directory: Path) -> dict[str, Any]:
 
 def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str:
     """The table: one row per case, one column per aggregation, then the means."""
-    names = ["mean", "harm", "max", "rank_vote", "clip3", "top2", "lse2", "rrf"]
+    names = ["mean", "harm", "max", "rank_vote", "clip3", "top2", "smooth_max", "rrf"]
     lines = ["# Aggregating the regressed items' blame (recall@k / AUPRC)", "", f"`{command}`", "",
              "| case | seed | items | agreement | " + " | ".join(names) + " |",
              "|---|---|---|---|" + "---|" * len(names)]

@@ -179,7 +179,7 @@ def test_a_group_rescored_from_held_blame_equals_scoring_its_items_alone():
     collector = ItemBlameCollector()
     ids = [f"row-{i:04d}" for i in range(N)]
     score_examples(ArraySource(train, ids), queries, item_ids=item_ids, item_sink=collector)
-    for aggregation in ("mean", "harm", "rank_vote"):
+    for aggregation in ("mean", "harm", "smooth_max", "rank_vote"):
         held = rescore_items(collector.matrix(), ids, item_ids, [6, 7, 8], aggregation=aggregation, top_k=7)
         alone = score_examples(ArraySource(train, ids), queries[6:9], item_ids=item_ids[6:9], aggregation=aggregation,
                                top_k=7)

@@ -14,6 +14,7 @@ from gradian.attribution import (
     score_examples,
     score_with_config,
 )
+from gradian.attribution.aggregation import smooth_max_zscore, zscores
 from gradian.config import AttributionConfig
 from gradian.errors import GradientIndexError
 
@@ -37,11 +38,13 @@ def _dense(train: np.ndarray, pq: np.ndarray, *, normalize: bool, aggregation: s
         return z.mean(axis=1), blame
     if aggregation == "harm":
         return np.maximum(z, 0.0).mean(axis=1), blame
+    if aggregation == "smooth_max":
+        return 2.0 * np.log(np.exp(z / 2.0).mean(axis=1)), blame
     ranks = np.column_stack([average_ranks(blame[:, q]) for q in range(pq.shape[0])])
     return 1.0 - (ranks.mean(axis=1) - 1.0) / (train.shape[0] - 1), blame
 
 
-@pytest.mark.parametrize("aggregation", ["mean", "harm", "rank_vote"])
+@pytest.mark.parametrize("aggregation", ["mean", "harm", "smooth_max", "rank_vote"])
 @pytest.mark.parametrize("normalize", [False, True])
 def test_chunked_scoring_equals_dense_for_every_chunk_size(aggregation, normalize):
     train, queries = _data()
@@ -132,6 +135,21 @@ def test_harm_on_a_hand_made_example_does_not_let_help_to_one_item_offset_harm_t
     assert mean.top_positions[0] == 1 and harm.top_positions[0] == 0
 
 
+def test_smooth_max_keeps_a_row_that_broke_one_item_alone_and_a_row_that_pushed_every_item():
+    rng = np.random.default_rng(0)
+    blame = rng.normal(size=(300, 8))
+    blame[0] = [12.0, -4.0, -4.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # one item's own planted row, which two others disown
+    blame[1:4] += 2.0  # rows that push every item a little
+    mean, std = blame.mean(axis=0), blame.std(axis=0)
+    z = zscores(blame, mean, std)
+    smooth = smooth_max_zscore(blame, mean, std)
+    assert np.all(z.mean(axis=1) <= smooth + 1e-12) and np.all(smooth <= z.max(axis=1) + 1e-12)
+    # the mean sinks the lone row and the max the broad pushers; the soft maximum ranks all four in its first five
+    assert average_ranks(z.mean(axis=1))[0] > 20 and average_ranks(z.max(axis=1))[1:4].max() > 10
+    assert average_ranks(smooth)[:4].max() <= 5
+    assert np.isfinite(smooth_max_zscore(blame * 1e3, mean * 1e3, std)).all()  # z in the thousands: no overflow
+
+
 def test_rank_vote_on_a_hand_made_example():
     train = np.array([[3.0], [2.0], [1.0], [2.0]])
     queries = np.array([[-1.0], [1.0]])
@@ -208,7 +226,7 @@ def test_score_with_config_reads_the_attribution_section():
     np.testing.assert_array_equal(scores.blame, direct.blame)
 
 
-@pytest.mark.parametrize("aggregation", ["mean", "harm", "rank_vote"])
+@pytest.mark.parametrize("aggregation", ["mean", "harm", "smooth_max", "rank_vote"])
 def test_the_item_sink_gets_every_examples_per_item_blame_once_without_another_read(aggregation):
     from gradian.attribution.scoring import ItemBlameCollector, item_blame
 

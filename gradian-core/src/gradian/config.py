@@ -88,7 +88,8 @@ class AttributionConfig:
     damping: float | None = _opt(None, "absolute damping; null means damping_ratio x mean eigenvalue", min=0.0)
     damping_ratio: float = _opt(0.1, "damping relative to the mean eigenvalue", min=0.0)
     normalize: bool = _opt(False, "unit-normalize train gradients (cosine scoring)")
-    aggregation: str = _opt("mean", "how regressed items' scores combine", choices=("mean", "harm", "rank_vote"))
+    aggregation: str = _opt("mean", "how regressed items' scores combine",
+                            choices=("mean", "harm", "smooth_max", "rank_vote"))
     top_k: int = _opt(20, "examples listed in the report", min=1)
     chunk_mb: float = _opt(256.0, "MiB of index rows decoded to float32 at a time (scoring, clusters, block stats); "
                            "peak memory is about twice this", min=0.0, exclusive_min=True)

@@ -8,11 +8,11 @@ failing item q. Memory is bounded in bytes, not rows (exact gradients of a real 
 - no items x examples matrix of more than ``score_budget`` floats (default: ``chunk_bytes`` worth of float64)
   is ever held.
 
-``mean`` and ``harm``: pass 1 folds each chunk's scores into exact per-item moments; pass 2 rescores each chunk,
-z-scores it per item and averages over items (``harm``: the positive part of each z-score). When the whole score
-matrix fits the score budget, pass 2 reuses it instead of reading the index again. ``rank_vote``: an item's ranks
-need its whole score column, so items are ranked in groups of budget // n_examples per pass, then one more pass
-collects the top-k examples' per-item blame.
+``mean``, ``harm`` and ``smooth_max``: pass 1 folds each chunk's scores into exact per-item moments; pass 2 rescores
+each chunk, z-scores it per item and combines over items (``harm``: the mean of the positive parts; ``smooth_max``: a
+soft maximum). When the whole score matrix fits the score budget, pass 2 reuses it instead of reading the index
+again. ``rank_vote``: an item's ranks need its whole score column, so items are ranked in groups of
+budget // n_examples per pass, then one more pass collects the top-k examples' per-item blame.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from gradian.attribution.aggregation import (
     harm_zscore,
     mean_zscore,
     ranks_of,
+    smooth_max_zscore,
 )
 from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.results import ExampleScores
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 # (row offset, blame [rows, Q]) of each chunk, in order, from the first full read of the index
 ItemSink = Callable[[int, np.ndarray], None]
 # The aggregations computed from per-item z-scores (two passes, or one when the scores fit the budget)
-Z_AGGREGATIONS = {"mean": mean_zscore, "harm": harm_zscore}
+Z_AGGREGATIONS = {"mean": mean_zscore, "harm": harm_zscore, "smooth_max": smooth_max_zscore}
 
 
 class ItemBlameCollector:

@@ -253,6 +253,8 @@ def _aggregation(name: str) -> str:
     return {"mean": "the mean of per-item z-scored blame",
             "harm": "the mean of the positive part of per-item z-scored blame (help to one item does not offset "
                     "harm to another)",
+            "smooth_max": "a soft maximum over items of per-item z-scored blame (a row that broke one item alone "
+                          "is not averaged away)",
             "rank_vote": "rank vote (mean per-item rank, as a 0-1 Borda score)"}.get(name, name)
 
 
