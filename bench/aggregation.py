@@ -90,6 +90,8 @@ def score_case(directory: Path) -> dict[str, Any]:
 
 def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str:
     """The table: one row per case, one column per aggregation, then the means."""
+    from finished_cases import carried_note
+
     names = ["mean", "harm", "max", "rank_vote", "clip3", "top2", "smooth_max", "rrf"]
     lines = ["# Aggregating the regressed items' blame (recall@k / AUPRC)", "", f"`{command}`", "",
              "| case | seed | items | agreement | " + " | ".join(names) + " |",
@@ -104,9 +106,9 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
         if chosen:
             cells = [_cell(chosen, name, digits=3) for name in names]
             lines.append(f"| **mean, {label}** | | {len(chosen)} cases | | " + " | ".join(cells) + " |")
-    carried = [case["case"] for case in cases if case.get("carried")]
+    carried = carried_note(cases)
     if carried:
-        notes = [*notes, f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]
+        notes = [*notes, carried]
     lines += ["", *[f"- {note}" for note in notes]] if notes else []
     return "\n".join(lines) + "\n"
 

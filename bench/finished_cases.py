@@ -64,6 +64,12 @@ def _parser(description: str, results: Path, names_help: str,
     return parser
 
 
+def carried_note(cases: list[dict[str, Any]], why: str = "work dir no longer on disk") -> str | None:
+    """The line naming the cases whose rows came from the earlier results file; None where every case was scored."""
+    carried = [case["case"] for case in cases if case.get("carried")]
+    return f"Carried from the earlier results file ({why}): {', '.join(carried)}." if carried else None
+
+
 def _write(tool: str, argv: list[str] | None, out: Path, cases: list[dict[str, Any]],
            markdown: Callable[[list[dict[str, Any]], str], str]) -> int:
     """Write the results with the command line that produced them; exit code 0."""

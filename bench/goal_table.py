@@ -225,6 +225,8 @@ def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """Every case, tuning and held-out, then the goal rows over the held-out seeds."""
+    from finished_cases import carried_note
+
     lines = ["# Issue 12 goal table: the shipped defaults on finished demo cases", "", f"`{command}`", "",
              "| case | split | checkpoints | delta [95% CI] | recall@k | AUPRC | planted clusters' worst rank | accused "
              "(verdict) | span top-1 | verify: recovered, accused vs random |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -242,9 +244,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
                       f"in the ranking of the cause that accuses it, weighted by its rows ({each}); in "
                       f"{_lead_ranking(c)} (scores.csv's blame): {_number(c['lead_recall_at_k'])} / "
                       f"{_number(c['lead_auprc'])}{_overall(c)}."]
-    carried = [c["case"] for c in cases if c.get("carried")]
+    carried = carried_note(cases)
     if carried:
-        lines += ["", f"Carried from the earlier results file (work dir no longer on disk): {', '.join(carried)}."]
+        lines += ["", carried]
     lines += ["", "## Goals, held-out seeds only", ""]
     lines += goal_rows(cases) if any(c["held_out"] for c in cases) else ["No held-out case has finished yet."]
     return "\n".join(lines) + "\n"

@@ -108,6 +108,8 @@ def kind_rows(cases: list[dict[str, Any]], names: list[str]) -> list[str]:
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """Per case, then per held-out kind."""
+    from finished_cases import carried_note
+
     names = method_names(cases)
     lines = ["# Issue 12 methods x kinds: Gradian's report against the field's baselines (recall@k / AUPRC)", "",
              f"`{command}`", "", "| case | split | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
@@ -119,9 +121,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     skipped = [f"{c['case']} ({c['skipped']})" for c in cases if c.get("skipped")]
     if skipped:
         lines += ["", f"No planted rows to find: {'; '.join(skipped)}."]
-    carried = [c["case"] for c in cases if c.get("carried")]
+    carried = carried_note(cases, "no index under --cases, so not scored again")
     if carried:
-        lines += ["", f"Carried from the earlier results file (no index under --cases, so not scored again): {', '.join(carried)}."]
+        lines += ["", carried]
     lines += ["", "## Held-out seeds: mean per kind (cases)", ""]
     lines += kind_rows(cases, names) if any(c["held_out"] and c["methods"] for c in cases) else ["No held-out case."]
     lines += ["", "Gradian's cell where the report split the regression into causes: each planted cluster in its cause's "

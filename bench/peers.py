@@ -297,7 +297,7 @@ NOTES = [
 
 def main(argv: list[str] | None = None) -> int:
     """Run the peers on each named case and write bench/results/peers.json and .md."""
-    from finished_cases import command_line, earlier_rows, named_twice, write_results
+    from finished_cases import carried_note, command_line, earlier_rows, named_twice, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, required=True, help="the directory of KIND-SEED case work dirs")
@@ -336,9 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     notes = list(NOTES) + [f"- {note}" for note in args.note]
     if args.max_queries:
         notes.append(f"- Cut to the first {args.max_queries} regressed items per case (--max-queries).")
-    carried = [case["case"] for case in cases if case.get("carried")]
+    carried = carried_note(cases, "no work dir under --cases, so not run again")
     if carried:
-        notes.append(f"- Carried from the earlier results file (no work dir under --cases, so not run again): {', '.join(carried)}.")
+        notes.append(f"- {carried}")
     if args.fit_rows:
         notes.append(f"- Cut to fit the time on two shared cores: each peer's EK-FAC factors (covariances, eigenvalue "
                      f"correction) were fitted on the first {args.fit_rows} training rows (--fit-rows); every row is "
