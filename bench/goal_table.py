@@ -68,13 +68,15 @@ def score_case(directory: Path) -> dict[str, Any]:
     report = read_report(directory / "report")
     check = check_ground_truth(scenario, report)
     capability = report.capability
+    settings = report.provenance.config.get("attribution", {})
     row: dict[str, Any] = {
         "case": directory.name, "kind": kind, "seed": seed, "held_out": seed >= FIRST_HELD_OUT_SEED,
         "verdict": report.verdict.kind, "accused": list(check.accused),
         "planted_clusters": list(check.planted_clusters), "verdict_right": check.verdict_right,
         "delta": capability.delta if capability else None,
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
-        "checkpoints": report.provenance.config.get("attribution", {}).get("checkpoints", 1),  # absent: before the ensemble
+        "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
+        "ranking": settings.get("ranking", settings.get("aggregation", "mean")),  # absent: before attribution.ranking
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it
@@ -142,7 +144,8 @@ def cause_blames(report_dir: Path) -> tuple[dict[str, Any], list[np.ndarray]] | 
             blames.append(np.array([float(r[column]) for r in rows]))
         else:  # an earlier report: the same scoring over the cause's item columns
             columns = [item_ids.index(item) for item in cause["items"]]
-            blames.append(rescore_items(matrix, ids, item_ids, columns, aggregation=settings["aggregation"],
+            ranking = settings.get("ranking", settings["aggregation"])  # reports before attribution.ranking
+            blames.append(rescore_items(matrix, ids, item_ids, columns, aggregation=ranking,
                                         normalize=settings["normalize"]).blame)
     return document, blames
 
@@ -194,6 +197,11 @@ def _verify(row: dict[str, Any]) -> str:
     return f"{_share(verify['recovered'])} vs {_share(verify['random'])} random ({verdict})"
 
 
+def _ranking(case: dict[str, Any]) -> str:
+    """How the case's report ranked the examples (rows scored before attribution.ranking: the mean)."""
+    return case.get("ranking", "mean")
+
+
 def _verify_met(verify: dict[str, Any]) -> bool:
     """The issue's verify goal: dropping the accused gives back >= 80% of the lost capability, a random drop < 20%."""
     recovered, random = verify["recovered"], verify["random"]
@@ -204,8 +212,11 @@ def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
     """Per kind, over the held-out seeds only: mean and worst recall@k, verdicts right, span top-1, verify."""
     lines = ["| kind (held-out seeds) | cases | mean recall@k (goal >= 0.9) | worst (goal >= 0.75) | verdict right "
              "| span top-1 (goal >= 90%) | verify met (>= 80% accused, < 20% random) |", "|---|---|---|---|---|---|---|"]
-    for kind in sorted({c["kind"] for c in cases if c["held_out"]}):
-        rows = [c for c in cases if c["held_out"] and c["kind"] == kind]
+    held_out = [c for c in cases if c["held_out"]]
+    mixed = len({_ranking(c) for c in held_out}) > 1  # rows not yet rebuilt since the ranking changed: apart
+    for kind, ranking in sorted({(c["kind"], _ranking(c) if mixed else "") for c in held_out}):
+        rows = [c for c in held_out if c["kind"] == kind and (not mixed or _ranking(c) == ranking)]
+        kind = f"{kind}, ranked by {ranking}" if mixed else kind
         recalls = [c["recall_at_k"] for c in rows if "recall_at_k" in c]
         right = [c["verdict_right"] for c in rows if c["verdict_right"] is not None]
         hits, checked = sum(c["span_hits"] for c in rows), sum(c["span_checked"] for c in rows)
@@ -228,12 +239,14 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     from finished_cases import carried_note
 
     lines = ["# Issue 12 goal table: the shipped defaults on finished demo cases", "", f"`{command}`", "",
-             "| case | split | checkpoints | delta [95% CI] | recall@k | AUPRC | planted clusters' worst rank | accused "
-             "(verdict) | span top-1 | verify: recovered, accused vs random |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| case | split | checkpoints | ranking | delta [95% CI] | recall@k | AUPRC | planted clusters' worst rank "
+             "| accused (verdict) | span top-1 | verify: recovered, accused vs random |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cases:
         ci = f" [{_number(c['ci'][0])}, {_number(c['ci'][1])}]" if c["ci"] else ""
         spans = f"{c['span_hits']}/{c['span_checked']}" if c["span_checked"] else "-"
         lines.append(f"| {c['case']} | {'held-out' if c['held_out'] else 'tuning'} | {c['checkpoints']} | "
+                     f"{_ranking(c)} | "
                      f"{_number(c['delta'], 3)}{ci} | {_number(c.get('recall_at_k'))}{' *' if 'by_cause' in c else ''} | "
                      f"{_number(c.get('auprc'))}{' *' if 'by_cause' in c else ''} | "
                      f"{c.get('cluster_rank', '-')} | {_accused(c)} | {spans} | {_verify(c)} |")

@@ -187,6 +187,29 @@ def test_a_group_rescored_from_held_blame_equals_scoring_its_items_alone():
         assert held.item_ids == alone.item_ids and np.array_equal(held.top_positions, alone.top_positions)
 
 
+def test_each_cause_is_ranked_by_ranking_and_keeps_what_it_accuses():
+    from gradian.attribution.aggregation import smooth_max_zscore
+
+    train, queries, item_ids, rows, _, _ = _two_causes()
+    split, _, _ = _attributed(train, queries, item_ids, rows)
+    collector = ItemBlameCollector()
+    score_examples(ArraySource(train, split.primary.scores.ids), queries, item_ids=item_ids, item_sink=collector)
+    matrix = collector.matrix()
+    ranked = split.ranked(matrix, item_ids, AttributionConfig(ranking="smooth_max"))
+    assert ranked.groups == split.groups == 2
+    for before, after in zip(split.causes, ranked.causes, strict=True):
+        assert after.item_ids == before.item_ids and after.clusters is before.clusters  # accusations untouched
+        assert after.scores.aggregation == "smooth_max" and after.scores.item_ids == before.scores.item_ids
+        assert after.scores.passes == before.scores.passes
+        own = matrix[:, [item_ids.index(item) for item in before.item_ids]]  # the cause's items alone
+        expected = smooth_max_zscore(own, own.mean(axis=0), own.std(axis=0))
+        np.testing.assert_allclose(after.scores.blame, expected, rtol=1e-12, atol=1e-12)
+        assert not np.allclose(after.scores.blame, before.scores.blame)
+        np.testing.assert_array_equal(after.scores.order()[:5], np.argsort(-expected, kind="stable")[:5])
+    same = split.ranked(matrix, item_ids, AttributionConfig(ranking="mean"))  # the aggregation's own ranking
+    assert all(a.scores is b.scores for a, b in zip(split.causes, same.causes, strict=True))
+
+
 def test_grouping_is_deterministic_and_finds_orthogonal_blocks():
     rng = np.random.default_rng(2)
     directions = np.eye(8)[:2]

@@ -135,6 +135,43 @@ def test_paired_signals_and_auto_blame_the_planted_cluster_first(substitution, c
         assert report["top_examples"] == token.report["top_examples"]
 
 
+def scores_csv(out_dir: Path) -> tuple[list[dict], np.ndarray]:
+    """scores.csv's rows in dataset order and their per-item raw blame [rows, items]."""
+    import csv
+
+    from gradian.report.scores import ITEM_PREFIX
+
+    with (out_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
+        rows = sorted(csv.DictReader(handle), key=lambda row: int(row["position"]))
+    items = [name for name in rows[0] if name.startswith(ITEM_PREFIX)]
+    return rows, np.array([[float(row[item]) for item in items] for row in rows])
+
+
+def test_examples_are_ranked_by_ranking_and_clusters_tested_on_aggregation(substitution, contrastive, tmp_path):
+    """attribution.ranking orders the examples (smooth_max by default); the clusters, their p-values and the verdict
+    come from attribution.aggregation (the mean), so they are the same under either ranking."""
+    from gradian.attribution.aggregation import mean_zscore, smooth_max_zscore
+
+    by_mean = run(substitution, tmp_path / "report", "evaluation.query_signal=contrastive", "attribution.ranking=mean")
+    for outcome, ranking, combine in ((contrastive, "smooth_max", smooth_max_zscore), (by_mean, "mean", mean_zscore)):
+        report = outcome.report
+        assert report["method"]["aggregation"] == ranking and report["method"]["clusters"]["aggregation"] == "mean"
+        assert len(report.get("causes") or []) <= 1  # one cause: scores.csv's blame is its ranking over every item
+        rows, matrix = scores_csv(outcome.out_dir)
+        expected = combine(matrix, matrix.mean(axis=0), matrix.std(axis=0))
+        np.testing.assert_allclose([float(row["blame"]) for row in rows], expected, rtol=1e-6, atol=1e-9)
+        top = [row["position"] for row in report["top_examples"]]
+        assert top == [int(row["position"]) for row in sorted(rows, key=lambda row: int(row["rank"]))][:len(top)]
+    assert contrastive.report["clusters"] == by_mean.report["clusters"]
+    tested_on = "clusters and causes tested on the mean of per-item z-scored blame"
+    assert tested_on in (contrastive.out_dir / "report.md").read_text(encoding="utf-8")
+    assert tested_on not in (by_mean.out_dir / "report.md").read_text(encoding="utf-8")
+    assert "(clusters and causes: mean)" in (contrastive.out_dir / "report.html").read_text(encoding="utf-8")
+    assert contrastive.report["verdict"]["accused_cluster"] == by_mean.report["verdict"]["accused_cluster"]
+    print(f"\nranked by smooth_max: {planted_ranking(contrastive.report, substitution)}"
+          f"\nranked by the mean: {planted_ranking(by_mean.report, substitution)}")
+
+
 def item_results(report: dict) -> list:
     """The regressed eval items of a report as the ItemResult rows query_gradients takes."""
     from gradian.evaluation import ItemResult
@@ -239,6 +276,7 @@ def test_no_eval_set_is_flagged_as_not_a_diagnosis(substitution, contrastive, tm
     fallback = load_config(None, SETTINGS).attribution.fallback_examples
     assert report["method"]["query_items"] == list(load_dataset(substitution.train_path).ids[:fallback])
     assert outcome.index.index_id == contrastive.index.index_id and outcome.index.reused
+    assert report["method"]["aggregation"] == "smooth_max" and report["method"]["clusters"]["aggregation"] == "mean"
     markdown = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert "attribution.no_capability_target" in markdown and "not a diagnosis" in markdown
 

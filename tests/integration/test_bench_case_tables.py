@@ -66,11 +66,23 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
     row = _table_row(goal_table, cases, out)
     assert row["kind"] == "fact" and row["seed"] == 4 and row["held_out"]
     assert 0.0 <= row["recall_at_k"] <= 1.0 and row["planted_clusters"] == ["trivia_import"]
+    assert row["ranking"] == "smooth_max"  # the shipped attribution.ranking, read from the report's provenance
     assert "| fact | 1 |" in out.with_suffix(".md").read_text()
     _carried_once_gone(goal_table, row, tmp_path / "elsewhere", out)  # and an unknown case is refused:
     assert goal_table.main(["--cases", str(cases), "tiny-fact-9", "--out", str(out)]) == 2
     # a case named twice is refused, not counted twice in its kind's goal row
     assert goal_table.main(["--cases", str(cases), "tiny-fact-4", "tiny-fact-4", "--out", str(out)]) == 2
+
+
+def test_the_goal_rows_keep_apart_held_out_rows_ranked_another_way():
+    goal_table = _bench("goal_table")
+    base = {"held_out": True, "kind": "fact", "verdict_right": True, "span_hits": 0, "span_checked": 0,
+            "planted_clusters": ["trivia_import"], "verify": None}
+    earlier, rebuilt = {**base, "recall_at_k": 0.8}, {**base, "recall_at_k": 0.9, "ranking": "smooth_max"}
+    mixed = "\n".join(goal_table.goal_rows([earlier, rebuilt]))  # a carried row from before attribution.ranking
+    assert "| fact, ranked by mean | 1 | 0.80 |" in mixed and "| fact, ranked by smooth_max | 1 | 0.90 |" in mixed
+    same = "\n".join(goal_table.goal_rows([{**earlier, "ranking": "smooth_max"}, rebuilt]))
+    assert "| fact | 2 | 0.85 | 0.80 |" in same and "ranked by" not in same
 
 
 @pytest.mark.slow

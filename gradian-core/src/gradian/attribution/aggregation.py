@@ -68,8 +68,9 @@ def smooth_max_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray,
     """Each row's soft maximum over items of the standardized blame, T log mean exp(z / T): the `smooth_max` one."""
     # A planted row that broke only its own item (z +30 there, below zero on items it helped) sinks under the mean;
     # the soft maximum keeps it, and unlike the max a row that pushes every item a little still outranks one
-    # item's noise. Not the default: it also lifts clean rows about the same topic as an item regressed by the
-    # learning rate alone, and accused a clean cluster on the tuning clean control (bench/results/aggregation.md).
+    # item's noise. It ranks the examples by default (attribution.ranking) but the clusters are not tested on it:
+    # it also lifts clean rows about the same topic as an item regressed by the learning rate alone, and clusters
+    # tested on it accused a clean one on the tuning clean control (bench/results/aggregation.md).
     # Shifted by each row's max so that a z of +30 cannot overflow.
     z = zscores(scores, mean, std)
     top = z.max(axis=1)

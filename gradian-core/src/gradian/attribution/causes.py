@@ -46,7 +46,7 @@ import numpy as np
 from gradian.attribution.aggregation import zscores
 from gradian.attribution.clusters import cluster_blame
 from gradian.attribution.results import ClusterAssignment, ClusterResult, ClusterScore, ExampleScores
-from gradian.attribution.scoring import rescore_items
+from gradian.attribution.scoring import ranked_with_config, rescore_items
 
 if TYPE_CHECKING:
     from gradian.config import AttributionConfig
@@ -81,6 +81,13 @@ class CauseSplit:
     def primary(self) -> Cause:
         """The cause the report leads with."""
         return self.causes[0]
+
+    def ranked(self, item_blame: np.ndarray, item_ids: Sequence[str], config: AttributionConfig) -> CauseSplit:
+        """Each cause's examples ranked by ``attribution.ranking`` over its own items; what it accuses unchanged."""
+        position = {item: column for column, item in enumerate(item_ids)}
+        causes = tuple(dataclasses.replace(cause, scores=ranked_with_config(
+            item_blame, cause.scores, [position[item] for item in cause.item_ids], config)) for cause in self.causes)
+        return CauseSplit(causes, self.groups)
 
     def overall_blame(self) -> np.ndarray | None:
         """Each example's highest standardized blame over the causes that accuse a cluster; None under two such."""

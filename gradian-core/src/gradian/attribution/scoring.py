@@ -17,6 +17,7 @@ budget // n_examples per pass, then one more pass collects the top-k examples' p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -179,6 +180,18 @@ def score_with_config(source: ChunkSource, queries: np.ndarray, config: Attribut
     return score_examples(source, queries, preconditioner=preconditioner, item_ids=item_ids,
                           normalize=config.normalize, aggregation=config.aggregation, top_k=config.top_k,
                           chunk_bytes=config.chunk_bytes, item_sink=item_sink)
+
+
+def ranked_with_config(item_blame: np.ndarray, scores: ExampleScores, columns: Sequence[int],
+                       config: AttributionConfig) -> ExampleScores:
+    """``scores`` ranked again by ``attribution.ranking``, from the held blame of its items (``columns`` of
+    ``item_blame``): the report's ranking, while clusters and causes keep the blame of ``attribution.aggregation``."""
+    if config.ranking == scores.aggregation:
+        return scores
+    picked = np.asarray(item_blame, dtype=np.float64)[:, list(columns)]
+    ranked = rescore_items(picked, scores.ids, scores.item_ids, range(len(scores.item_ids)),
+                           aggregation=config.ranking, normalize=config.normalize, top_k=config.top_k)
+    return dataclasses.replace(ranked, passes=scores.passes)  # no further read of the index
 
 
 def rescore_items(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], columns: Sequence[int], *,

@@ -32,7 +32,13 @@ from gradian.attribution.index_statistics import index_statistics
 from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.preconditioners import from_config as fit_from_config
 from gradian.attribution.results import ClusterResult, ExampleScores, SpanDrill
-from gradian.attribution.scoring import ItemBlameCollector, leading_rows, rescore_items, score_with_config
+from gradian.attribution.scoring import (
+    ItemBlameCollector,
+    leading_rows,
+    ranked_with_config,
+    rescore_items,
+    score_with_config,
+)
 from gradian.config import GradianConfig
 from gradian.data import load_dataset, load_eval_dataset
 from gradian.data.examples import Example
@@ -208,7 +214,10 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         if capability is not None:  # regressed items can have several causes; stand-in training targets cannot
             causes = find_causes(blame_matrix, scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
                                  assignment, config.attribution, scores, clusters)
+            causes = causes.ranked(blame_matrix, item_ids, config.attribution)
             scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with cause 1
+        else:
+            scores = ranked_with_config(blame_matrix, scores, range(len(item_ids)), config.attribution)
     with stages.stage("spans"):
         points = _scored_points(index, preconditioned, item_ids, ensemble, examples, config, capability, eval_items,
                                 signal_choice)

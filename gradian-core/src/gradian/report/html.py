@@ -173,7 +173,8 @@ def _warnings(warnings: Sequence[Mapping[str, Any]]) -> str:
 def _method(method: Mapping[str, Any]) -> str:
     items = [f"preconditioner: {method['preconditioner']}",
              f"train gradients unit-normalized (cosine): {'yes' if method['normalize'] else 'no'}",
-             f"aggregation over items: {method['aggregation']}",
+             f"aggregation over items: {method['aggregation']}"
+             f" (clusters and causes: {(method.get('clusters') or {}).get('aggregation', method['aggregation'])})",
              f"query items ({len(method['query_items'])}): {', '.join(method['query_items'][:SHOWN_ITEMS])}"
              + (f" and {len(method['query_items']) - SHOWN_ITEMS} more" if len(method['query_items']) > SHOWN_ITEMS
                 else ""),

@@ -111,7 +111,8 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     summary = f"{_attributed_summary(capability_dict, top, clusters)} {_causes_sentence(causes)}".strip()
     verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused)}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
-                     method=method_summary(scores, preconditioner, clusters, checkpoints), top_examples=top,
+                     method=method_summary(scores, preconditioner, clusters, checkpoints, _tested_on(provenance)),
+                     top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
                      warnings=_with_normalize_warning(notes, scores), provenance=provenance,
                      causes=_causes_list(causes))
@@ -134,7 +135,8 @@ def no_capability_target_report(*, scores: ExampleScores, preconditioner: Precon
                "summary": summary, **_accusation(top, _accused(clusters))}
     notes = [ReportWarning(NO_CAPABILITY_TARGET_CODE, NO_CAPABILITY_TARGET_TEXT), *warnings]
     return _assemble(verdict=verdict, capability=None, query_signal=signal,
-                     method=method_summary(scores, preconditioner, clusters, checkpoints), top_examples=top,
+                     method=method_summary(scores, preconditioner, clusters, checkpoints, _tested_on(provenance)),
+                     top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
                      warnings=_with_normalize_warning(notes, scores), provenance=provenance)
 
@@ -176,9 +178,19 @@ def capability_summary(capability: CapabilityResult) -> dict[str, Any]:
     }
 
 
+def _tested_on(provenance: Provenance) -> str | None:
+    """The aggregation the clusters were tested on, from the config the report was made with."""
+    attribution = provenance.config.get("attribution") or {}
+    return attribution.get("aggregation")
+
+
 def method_summary(scores: ExampleScores, preconditioner: Preconditioner, clusters: ClusterResult | None = None,
-                   checkpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """How blame was computed: preconditioner and its knobs, normalization, aggregation, the query items."""
+                   checkpoints: Sequence[Mapping[str, Any]] = (), tested_on: str | None = None) -> dict[str, Any]:
+    """How blame was computed: preconditioner and its knobs, normalization, aggregation, the query items.
+
+    ``aggregation`` is what ranked the examples; ``clusters.aggregation`` (``tested_on``) what the clusters were
+    tested on, when that was another one (``attribution.ranking`` against ``attribution.aggregation``).
+    """
     method: dict[str, Any] = {
         "blame": "-(P q) . g_i; positive = training on the example pushed the model toward the failure",
         "preconditioner": preconditioner.kind,
@@ -193,6 +205,7 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner, cluste
         method["checkpoints"] = [dict(member) for member in checkpoints]
     if clusters is not None:
         method["clusters"] = {"method": clusters.assignment.method, "field": clusters.assignment.field,
+                              "aggregation": tested_on or scores.aggregation,
                               "knobs": _jsonable(dict(clusters.assignment.knobs)),
                               "permutations": clusters.permutations, "seed": clusters.seed, "alpha": clusters.alpha}
     return method

@@ -192,7 +192,7 @@ def _method(method: Mapping[str, Any]) -> str:
     lines = ["## Method", "",
              f"- preconditioner: {method['preconditioner']}{_damping(knobs)}",
              f"- train gradients unit-normalized (cosine): {'yes' if method['normalize'] else 'no'}",
-             f"- aggregation over items: {_aggregation(method['aggregation'])}",
+             f"- aggregation over items: {_aggregation(method['aggregation'])}{_tested_on(method)}",
              f"- query items ({len(method['query_items'])}): {_listing(method['query_items'])}",
              f"- index read {method['index_passes']} time(s), in chunks"]
     if method.get("checkpoints"):
@@ -247,6 +247,12 @@ def _damping(knobs: Mapping[str, Any]) -> str:
 def _listing(ids: list[str], shown: int = SHOWN_ITEMS) -> str:
     listed = ", ".join(f"`{i}`" for i in ids[:shown])
     return listed + (f" and {len(ids) - shown} more (report.json)" if len(ids) > shown else "")
+
+
+def _tested_on(method: Mapping[str, Any]) -> str:
+    """The clusters' aggregation where it is not the ranking's (``attribution.ranking``), else nothing."""
+    tested_on = (method.get("clusters") or {}).get("aggregation", method["aggregation"])
+    return "" if tested_on == method["aggregation"] else f"; clusters and causes tested on {_aggregation(tested_on)}"
 
 
 def _aggregation(name: str) -> str:
