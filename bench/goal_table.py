@@ -34,6 +34,11 @@ def case_name(directory: Path) -> tuple[str, int]:
     return kind, int(seed)
 
 
+def report_ranking(settings: dict[str, Any]) -> str:
+    """How a report ranked its examples, from its attribution settings (before attribution.ranking: the aggregation)."""
+    return settings.get("ranking", settings.get("aggregation", "mean"))
+
+
 def blame_vector(report_dir: Path, rows: int) -> np.ndarray:
     """Every training row's blame by position, from the report's scores.csv."""
     blame = np.full(rows, np.nan)
@@ -76,7 +81,7 @@ def score_case(directory: Path) -> dict[str, Any]:
         "delta": capability.delta if capability else None,
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
-        "ranking": settings.get("ranking", settings.get("aggregation", "mean")),  # absent: before attribution.ranking
+        "ranking": report_ranking(settings),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it
@@ -144,8 +149,7 @@ def cause_blames(report_dir: Path) -> tuple[dict[str, Any], list[np.ndarray]] | 
             blames.append(np.array([float(r[column]) for r in rows]))
         else:  # an earlier report: the same scoring over the cause's item columns
             columns = [item_ids.index(item) for item in cause["items"]]
-            ranking = settings.get("ranking", settings["aggregation"])  # reports before attribution.ranking
-            blames.append(rescore_items(matrix, ids, item_ids, columns, aggregation=ranking,
+            blames.append(rescore_items(matrix, ids, item_ids, columns, aggregation=report_ranking(settings),
                                         normalize=settings["normalize"]).blame)
     return document, blames
 

@@ -24,6 +24,8 @@ from gradian.user_files import load_yaml
 SectionT = TypeVar("SectionT")
 
 ALL_LORA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# attribution.aggregation and attribution.ranking; scoring refuses any name attribution.aggregation.AGGREGATIONS lacks
+AGGREGATION_CHOICES = ("mean", "harm", "smooth_max", "rank_vote")
 
 
 def option(default: Any, help: str, *, choices: tuple[Any, ...] | None = None, min: float | None = None,
@@ -89,11 +91,11 @@ class AttributionConfig:
     damping_ratio: float = _opt(0.1, "damping relative to the mean eigenvalue", min=0.0)
     normalize: bool = _opt(False, "unit-normalize train gradients (cosine scoring)")
     aggregation: str = _opt("mean", "how regressed items' scores combine for the cluster tests and causes",
-                            choices=("mean", "harm", "smooth_max", "rank_vote"))
+                            choices=AGGREGATION_CHOICES)
     # smooth_max ranked planted rows higher on the tuning cases (+0.08 recall@k, none lower), but clusters tested on
     # it accused a clean one on the clean control; the mean's accusations were right there (bench/results/aggregation.md)
     ranking: str = _opt("smooth_max", "how regressed items' scores combine into the ranking of examples",
-                        choices=("mean", "harm", "smooth_max", "rank_vote"))
+                        choices=AGGREGATION_CHOICES)
     top_k: int = _opt(20, "examples listed in the report", min=1)
     chunk_mb: float = _opt(256.0, "MiB of index rows decoded to float32 at a time (scoring, clusters, block stats); "
                            "peak memory is about twice this", min=0.0, exclusive_min=True)

@@ -12,7 +12,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from gradian.report.json_report import CAUSES_INTRO, causes_alpha, checkpoints_text, unexplained
+from gradian.report.json_report import (
+    CAUSES_INTRO,
+    causes_alpha,
+    checkpoints_text,
+    clusters_aggregation,
+    unexplained,
+)
 
 SHOWN_CLUSTERS = 15
 SHOWN_ITEMS = 10
@@ -174,7 +180,7 @@ def _method(method: Mapping[str, Any]) -> str:
     items = [f"preconditioner: {method['preconditioner']}",
              f"train gradients unit-normalized (cosine): {'yes' if method['normalize'] else 'no'}",
              f"aggregation over items: {method['aggregation']}"
-             f" (clusters and causes: {(method.get('clusters') or {}).get('aggregation', method['aggregation'])})",
+             f" (clusters and causes: {clusters_aggregation(method)})",
              f"query items ({len(method['query_items'])}): {', '.join(method['query_items'][:SHOWN_ITEMS])}"
              + (f" and {len(method['query_items']) - SHOWN_ITEMS} more" if len(method['query_items']) > SHOWN_ITEMS
                 else ""),

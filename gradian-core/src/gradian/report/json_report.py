@@ -184,6 +184,11 @@ def _tested_on(provenance: Provenance) -> str | None:
     return attribution.get("aggregation")
 
 
+def clusters_aggregation(method: Mapping[str, Any]) -> str:
+    """What a report's clusters were tested on (reports before attribution.ranking: what ranked the examples)."""
+    return (method.get("clusters") or {}).get("aggregation", method["aggregation"])
+
+
 def method_summary(scores: ExampleScores, preconditioner: Preconditioner, clusters: ClusterResult | None = None,
                    checkpoints: Sequence[Mapping[str, Any]] = (), tested_on: str | None = None) -> dict[str, Any]:
     """How blame was computed: preconditioner and its knobs, normalization, aggregation, the query items.

@@ -9,7 +9,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gradian.report.json_report import CAUSES_INTRO, causes_alpha, checkpoints_text, unexplained
+from gradian.report.json_report import (
+    CAUSES_INTRO,
+    causes_alpha,
+    checkpoints_text,
+    clusters_aggregation,
+    unexplained,
+)
 
 SHOWN_CLUSTERS = 15
 SHOWN_ITEMS = 10
@@ -251,7 +257,7 @@ def _listing(ids: list[str], shown: int = SHOWN_ITEMS) -> str:
 
 def _tested_on(method: Mapping[str, Any]) -> str:
     """The clusters' aggregation where it is not the ranking's (``attribution.ranking``), else nothing."""
-    tested_on = (method.get("clusters") or {}).get("aggregation", method["aggregation"])
+    tested_on = clusters_aggregation(method)
     return "" if tested_on == method["aggregation"] else f"; clusters and causes tested on {_aggregation(tested_on)}"
 
 
