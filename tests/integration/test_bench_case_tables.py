@@ -248,3 +248,40 @@ def test_the_sentence_rerank_table_puts_a_one_sentence_row_on_its_own_score_and_
                         "--shortlist", "12"]) == 0  # from sentence-rerank/, no gradient
     row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
     assert row["shortlist"] == 12 and all(0.0 <= m["recall_at_k"] <= 1.0 for m in row["rankings"].values())
+
+
+def test_ranking_feedback_is_each_rows_mean_cosine_to_the_top_rows_without_itself():
+    mixes = _bench("ranking_mixes")
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(9, 5))
+    blame = rng.normal(size=9)
+    top = np.argsort(-blame)[:3]
+    unit_rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    expected = [np.mean([unit_rows[i] @ unit_rows[j] for j in top if j != i]) for i in range(9)]
+    assert mixes.feedback(blame, rows @ rows.T, 3) == pytest.approx(expected)
+    assert np.linalg.norm(mixes.unit(blame)) == pytest.approx(1.0) and mixes.unit(blame).mean() == pytest.approx(0.0)
+
+
+@pytest.mark.slow
+def test_the_ranking_mixes_table_scores_the_report_and_every_mix_on_the_cases_own_index(cases, tiny_base_dir, tmp_path):
+    from gradian.attribution.index_statistics import index_statistics
+    from gradian.attribution.preconditioners import fit_preconditioner
+    from gradian.index.store import open_index
+
+    mixes = _bench("ranking_mixes")
+    index = open_index(cases / "tiny-fact-4" / "index")
+    rows = np.asarray(index.rows_between(0, index.num_examples), dtype=np.float64)
+    pre = fit_preconditioner("kronecker", index_statistics(index, "kronecker"))
+    # the kronecker Gram is g_i P g_j, symmetric as P is
+    for preconditioned, want in ((True, pre.apply(rows) @ rows.T), (False, rows @ rows.T)):  # float32 products
+        np.testing.assert_allclose(mixes.gram(index, preconditioned), want, rtol=1e-3, atol=1e-5 * np.abs(want).max())
+    out = tmp_path / "mixes"
+    row = _indexed_table_row(mixes, cases, tiny_base_dir, out)
+    assert list(row["methods"])[0] == "report" and len(row["methods"]) == 1 + 2 * len(mixes.FEEDBACK) + len(mixes.HIDDEN)
+    assert all(0.0 <= m["recall_at_k"] <= 1.0 for m in row["methods"].values())
+    report_blame = np.array([float(r["blame"]) for r in _bench("goal_table").report_item_blame(
+        cases / "tiny-fact-4" / "report")[0]])
+    scenario = make_scenario("fact", 4)
+    truth = scenario.ground_truth()
+    assert row["methods"]["report"]["recall_at_k"] == truth.score(report_blame)["recall_at_k"]
+    assert "| report |" in out.with_suffix(".md").read_text()
