@@ -273,8 +273,9 @@ def test_the_ranking_mixes_table_scores_the_report_and_every_mix_on_the_cases_ow
     rows = np.asarray(index.rows_between(0, index.num_examples), dtype=np.float64)
     pre = fit_preconditioner("kronecker", index_statistics(index, "kronecker"))
     # the kronecker Gram is g_i P g_j, symmetric as P is
-    for preconditioned, want in ((True, pre.apply(rows) @ rows.T), (False, rows @ rows.T)):  # float32 products
-        np.testing.assert_allclose(mixes.gram(index, preconditioned), want, rtol=1e-3, atol=1e-5 * np.abs(want).max())
+    for fitted, want in ((pre, pre.apply(rows) @ rows.T), (None, rows @ rows.T)):  # float32 products
+        np.testing.assert_allclose(mixes.gram(rows.astype(np.float32), fitted), want, rtol=1e-3,
+                                   atol=1e-5 * np.abs(want).max())
     out = tmp_path / "mixes"
     row = _indexed_table_row(mixes, cases, tiny_base_dir, out)
     assert list(row["methods"])[0] == "report" and len(row["methods"]) == 1 + 2 * len(mixes.FEEDBACK) + len(mixes.HIDDEN)
