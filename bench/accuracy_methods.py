@@ -49,19 +49,24 @@ class Case:
         return {example.id: example.prompt_messages for example in self.eval_items}
 
 
+def report_items(report: Report) -> list[Any]:
+    """The report's eval items (gradian.report.reader.ScoredItem) as the evaluation's own records."""
+    from gradian.evaluation.capability import ItemResult
+
+    return [ItemResult(id=item.id, prompt=item.prompt, wanted=item.wanted, base_output=item.base_output,
+                       finetuned_output=item.finetuned_output, base_score=item.base_score,
+                       finetuned_score=item.finetuned_score) for item in report.capability.items]
+
+
 def load_case(workdir: Path, base_model: str, config: Any, report: Report) -> Case:
     """The model with its adapter, the index, the data and the regressed items of a finished demo run."""
     from gradian.data import load_dataset, load_eval_dataset
-    from gradian.evaluation.capability import ItemResult
     from gradian.grads.capture import GradientCapture
     from gradian.index.store import Index
     from gradian.model.loaded import LoadedModel
 
     loaded = LoadedModel.load(base_model, workdir / "train" / "adapter")
-    # the report's eval items (gradian.report.reader.ScoredItem) as the evaluation's own records
-    all_items = [ItemResult(id=item.id, prompt=item.prompt, wanted=item.wanted, base_output=item.base_output,
-                            finetuned_output=item.finetuned_output, base_score=item.base_score,
-                            finetuned_score=item.finetuned_score) for item in report.capability.items]
+    all_items = report_items(report)
     # as `gradian attribute` does: the regressed items, or every item when none regressed and the gate is off
     items = tuple(item for item in all_items if item.regressed) or tuple(all_items)
     index = Index.open(workdir / "index")

@@ -70,6 +70,30 @@ def carried_note(cases: list[dict[str, Any]], why: str = "work dir no longer on 
     return f"Carried from the earlier results file ({why}): {', '.join(carried)}." if carried else None
 
 
+def rankings_table(title: str, first_column: str, cases: list[dict[str, Any]], command: str) -> str:
+    """One row per ranking of the cases' ``methods``, one column per case, then the tuning and held-out means."""
+    import numpy as np
+
+    scored = [case for case in cases if case["methods"]]
+    names = list(scored[0]["methods"]) if scored else []
+    lines = [f"# {title}", "", f"`{command}`", "",
+             f"| {first_column} | " + " | ".join(case["case"] for case in scored) + " | tuning mean | held-out mean |",
+             "|---|" + "---|" * (len(scored) + 2)]
+    for name in names:
+        recalls = [case["methods"][name]["recall_at_k"] for case in scored]
+        tuning = [r for r, case in zip(recalls, scored, strict=True) if case["seed"] < 3]
+        held = [r for r, case in zip(recalls, scored, strict=True) if case["seed"] >= 3]
+        means = [f"{np.mean(part):.3f}" if part else "-" for part in (tuning, held)]
+        lines.append(f"| {name} | " + " | ".join(f"{r:.2f}" for r in recalls) + " | " + " | ".join(means) + " |")
+    skipped = [f"{case['case']} ({case['skipped']})" for case in cases if case.get("skipped")]
+    if skipped:
+        lines += ["", "Not scored: " + ", ".join(skipped) + "."]
+    carried = carried_note(cases, "no index under --cases, so not scored again")
+    if carried:
+        lines += ["", carried]
+    return "\n".join(lines) + "\n"
+
+
 def _write(tool: str, argv: list[str] | None, out: Path, cases: list[dict[str, Any]],
            markdown: Callable[[list[dict[str, Any]], str], str]) -> int:
     """Write the results with the command line that produced them; exit code 0."""

@@ -106,23 +106,10 @@ def score_case(directory: Path, base_model: str) -> dict[str, Any]:
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """One row per mix, one column per case, then the tuning and held-out means of recall@k."""
-    from finished_cases import carried_note
+    from finished_cases import rankings_table
 
-    scored = [case for case in cases if case["methods"]]
-    names = list(scored[0]["methods"]) if scored else []
-    lines = ["# Re-ranking a report's examples: feedback and hidden-state mixes (recall@k)", "", f"`{command}`", "",
-             "| mix | " + " | ".join(f"{c['case']}" for c in scored) + " | tuning mean | held-out mean |",
-             "|---|" + "---|" * (len(scored) + 2)]
-    for name in names:
-        recalls = [c["methods"][name]["recall_at_k"] for c in scored]
-        tuning = [r for r, c in zip(recalls, scored, strict=True) if c["seed"] < 3]
-        held = [r for r, c in zip(recalls, scored, strict=True) if c["seed"] >= 3]
-        means = [f"{np.mean(part):.3f}" if part else "-" for part in (tuning, held)]
-        lines.append(f"| {name} | " + " | ".join(f"{r:.2f}" for r in recalls) + " | " + " | ".join(means) + " |")
-    carried = carried_note(cases, "no index under --cases, so not scored again")
-    if carried:
-        lines += ["", carried]
-    return "\n".join(lines) + "\n"
+    return rankings_table("Re-ranking a report's examples: feedback and hidden-state mixes (recall@k)", "mix",
+                          cases, command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -286,3 +286,60 @@ def test_the_ranking_mixes_table_scores_the_report_and_every_mix_on_the_cases_ow
     truth = scenario.ground_truth()
     assert row["methods"]["report"]["recall_at_k"] == truth.score(report_blame)["recall_at_k"]
     assert "| report |" in out.with_suffix(".md").read_text()
+
+
+def test_the_control_variants_subtract_how_hard_a_row_moves_the_items_that_held_up():
+    table = _bench("control_items")
+    rng = np.random.default_rng(5)
+    regressed, control = rng.normal(size=(8, 3)), rng.normal(size=(8, 4))
+    control[2] *= 40.0  # row 2 moves every item that held up
+    scored = table.rankings(regressed, control)
+    z = (regressed - regressed.mean(axis=0)) / regressed.std(axis=0)
+    alone = 2.0 * np.log(np.exp(z / 2.0).mean(axis=1))
+    assert scored["adapter alone (smooth_max)"] == pytest.approx(alone)
+    zc = (control - control.mean(axis=0)) / control.std(axis=0)
+    for name, penalty in (("abs control", np.abs(zc).mean(axis=1)), ("signed control", zc.mean(axis=1))):
+        for share in table.SHARES:
+            unit_penalty = (penalty - penalty.mean()) / np.linalg.norm(penalty - penalty.mean())
+            unit_alone = (alone - alone.mean()) / np.linalg.norm(alone - alone.mean())
+            assert scored[f"minus {name} at {share:.2f}"] == pytest.approx((1 - share) * unit_alone - share * unit_penalty)
+    strongest = scored[f"minus abs control at {table.SHARES[-1]:.2f}"]
+    assert np.argmin(strongest) == 2
+
+
+@pytest.mark.slow
+def test_the_control_items_table_scores_the_items_that_held_up_on_the_cases_own_index(cases, tiny_base_dir, tmp_path):
+    from gradian.config import load_config
+    from gradian.report.reader import read_report
+
+    table = _bench("control_items")
+    methods = _bench("accuracy_methods")
+    # nothing regresses on the random tiny model, so the copy's report says the first half of its items did
+    split = tmp_path / "cases"
+    shutil.copytree(cases / "tiny-fact-4", split / "tiny-fact-4", symlinks=True)
+    report_json = split / "tiny-fact-4" / "report" / "report.json"
+    written = json.loads(report_json.read_text())
+    items = written["capability"]["items"]
+    assert not any(item["regressed"] for item in items)
+    for item in items[: len(items) // 2]:
+        item.update(base_score=1.0, finetuned_score=0.0, regressed=True)
+    report_json.write_text(json.dumps(written))
+    directory = split / "tiny-fact-4"
+    report = read_report(directory / "report")
+    queried, control = table.split_items(methods.report_items(report))
+    assert [item.id for item in queried] == [item["id"] for item in items[: len(items) // 2]]
+    assert len(control) == len(items) - len(queried)
+    case = methods.load_case(directory, str(tiny_base_dir), load_config(directory / "config.yaml"), report)
+    rows = np.asarray(case.index.rows_between(0, case.index.num_examples), dtype=np.float64)
+    pre = methods.preconditioner(case, case.config.attribution.preconditioner)
+    want = -(rows @ pre.apply(methods.query(case, "classic", control)).T)
+    np.testing.assert_allclose(table.blame_on(case, control, "classic"), want, rtol=1e-3,
+                               atol=1e-5 * np.abs(want).max())
+    out = tmp_path / "control"
+    row = _indexed_table_row(table, split, tiny_base_dir, out)
+    assert (row["regressed_items"], row["control_items"]) == (len(queried), len(control))
+    assert list(row["methods"])[0] == "adapter alone (smooth_max)" and len(row["methods"]) == 1 + 2 * len(table.SHARES)
+    assert all(0.0 <= m["recall_at_k"] <= 1.0 for m in row["methods"].values())
+    assert "| minus abs control at 0.50 |" in out.with_suffix(".md").read_text()
+    # the original case, where every item was queried, has no control and says so
+    assert _indexed_table_row(table, cases, tiny_base_dir, out)["skipped"] == "no control: the report queried every eval item"
