@@ -65,26 +65,16 @@ def agreement(blame: np.ndarray) -> float:
 
 def score_case(directory: Path) -> dict[str, Any]:
     """recall@k / AUPRC of every variant on one case."""
-    from goal_table import case_name, report_item_blame
+    from finished_cases import planted_case, score_rankings
+    from goal_table import report_item_blame
 
-    from gradian.demo.run import reproduced_planted_ids
-    from gradian.demo.scenarios import make_scenario
-    from gradian.report.reader import read_report
-
-    kind, seed = case_name(directory)
-    scenario = make_scenario(kind, seed)
-    report = read_report(directory / "report")
-    row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "methods": {}}
-    if not scenario.planted_rows:
-        row["skipped"] = "nothing planted: a clean control"
+    row, _, truth = planted_case(directory)
+    if truth is None:
         return row
-    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     blame = report_item_blame(directory / "report")[2]
     row["items"] = int(blame.shape[1])
     row["agreement"] = agreement(blame)
-    for name, scores in variants(blame).items():
-        metrics = truth.score(scores)
-        row["methods"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+    score_rankings(row, truth, variants(blame))
     return row
 
 

@@ -71,33 +71,21 @@ def rankings(regressed: np.ndarray, control: np.ndarray) -> dict[str, np.ndarray
 def score_case(directory: Path, base_model: str) -> dict[str, Any]:
     """recall@k / AUPRC of the adapter alone's ranking and of every variant on one case."""
     from accuracy_methods import load_case, report_items
-    from goal_table import case_name
+    from finished_cases import planted_case, score_rankings
 
     from gradian.config import load_config
-    from gradian.demo.run import reproduced_planted_ids
-    from gradian.demo.scenarios import make_scenario
-    from gradian.report.reader import read_report
 
-    kind, seed = case_name(directory)
-    scenario = make_scenario(kind, seed)
-    row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "methods": {}}
-    if not scenario.planted_rows:
-        row["skipped"] = "nothing planted: a clean control"
+    row, report, truth = planted_case(directory)
+    if truth is None:
         return row
-    report = read_report(directory / "report")
     queried, control = split_items(report_items(report))
     if not control:
         row["skipped"] = "no control: the report queried every eval item"
         return row
     case = load_case(directory, base_model, load_config(directory / "config.yaml"), report)
     signal = json.loads((directory / "report" / "report.json").read_text())["query_signal"]["effective"]
-    regressed_blame = blame_on(case, queried, signal)
-    control_blame = blame_on(case, control, "classic")
-    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     row.update(regressed_items=len(queried), control_items=len(control))
-    for name, scores in rankings(regressed_blame, control_blame).items():
-        metrics = truth.score(scores)
-        row["methods"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+    score_rankings(row, truth, rankings(blame_on(case, queried, signal), blame_on(case, control, "classic")))
     print(f"  {directory.name}: " + ", ".join(f"{n} {m['recall_at_k']:.2f}" for n, m in row["methods"].items()),
           flush=True)
     return row

@@ -70,6 +70,34 @@ def carried_note(cases: list[dict[str, Any]], why: str = "work dir no longer on 
     return f"Carried from the earlier results file ({why}): {', '.join(carried)}." if carried else None
 
 
+def planted_case(directory: Path) -> tuple[dict[str, Any], Any, Any]:
+    """A case's row head, its report and its ground truth; the row says it is skipped when nothing is planted.
+
+    The ground truth counts the planted rows the fine-tune reproduced, as the goal table does.
+    """
+    from goal_table import case_name
+
+    from gradian.demo.run import reproduced_planted_ids
+    from gradian.demo.scenarios import make_scenario
+    from gradian.report.reader import read_report
+
+    kind, seed = case_name(directory)
+    scenario = make_scenario(kind, seed)
+    row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "methods": {}}
+    if not scenario.planted_rows:
+        row["skipped"] = "nothing planted: a clean control"
+        return row, None, None
+    report = read_report(directory / "report")
+    return row, report, scenario.ground_truth(reproduced_planted_ids(scenario, report))
+
+
+def score_rankings(row: dict[str, Any], truth: Any, rankings: dict[str, Any]) -> None:
+    """recall@k / AUPRC of each named ranking into ``row["methods"]``."""
+    for name, scores in rankings.items():
+        metrics = truth.score(scores)
+        row["methods"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+
+
 def rankings_table(title: str, first_column: str, cases: list[dict[str, Any]], command: str) -> str:
     """One row per ranking of the cases' ``methods``, one column per case, then the tuning and held-out means."""
     import numpy as np

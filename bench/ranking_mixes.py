@@ -66,23 +66,16 @@ def feedback(blame: np.ndarray, products: np.ndarray, top: int) -> np.ndarray:
 def score_case(directory: Path, base_model: str) -> dict[str, Any]:
     """recall@k / AUPRC of the report's ranking and of every mix on one case."""
     from accuracy_methods import hidden_cosine_blame, load_case
-    from goal_table import case_name, report_item_blame
+    from finished_cases import planted_case, score_rankings
+    from goal_table import report_item_blame
 
     from gradian.attribution.index_statistics import index_statistics
     from gradian.attribution.preconditioners import fit_preconditioner
     from gradian.config import load_config
-    from gradian.demo.run import reproduced_planted_ids
-    from gradian.demo.scenarios import make_scenario
-    from gradian.report.reader import read_report
 
-    kind, seed = case_name(directory)
-    scenario = make_scenario(kind, seed)
-    row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "methods": {}}
-    if not scenario.planted_rows:
-        row["skipped"] = "nothing planted: a clean control"
+    row, report, truth = planted_case(directory)
+    if truth is None:
         return row
-    report = read_report(directory / "report")
-    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     blame = np.array([float(r["blame"]) for r in report_item_blame(directory / "report")[0]])
     case = load_case(directory, base_model, load_config(directory / "config.yaml"), report)
     scored = {"report": blame}
@@ -96,9 +89,7 @@ def score_case(directory: Path, base_model: str) -> dict[str, Any]:
     hidden = hidden_cosine_blame(case)
     for share in HIDDEN:
         scored[f"hidden w{share}"] = mix(blame, hidden, share)
-    for name, scores in scored.items():
-        metrics = truth.score(scores)
-        row["methods"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+    score_rankings(row, truth, scored)
     print(f"  {directory.name}: " + ", ".join(f"{n} {m['recall_at_k']:.2f}" for n, m in row["methods"].items()),
           flush=True)
     return row
