@@ -59,6 +59,8 @@ def _parser(description: str, results: Path, names_help: str,
     parser.add_argument("--cases", type=Path, required=True, help="the directory holding the case work dirs")
     parser.add_argument("names", nargs="+", help=names_help)
     parser.add_argument("--out", type=Path, default=results)
+    parser.add_argument("--keep-scored", action="store_true",
+                        help="carry a case's row already in --out instead of scoring it again (to add a case)")
     if add_arguments is not None:
         add_arguments(parser)
     return parser
@@ -66,8 +68,11 @@ def _parser(description: str, results: Path, names_help: str,
 
 def carried_note(cases: list[dict[str, Any]], why: str = "work dir no longer on disk") -> str | None:
     """The line naming the cases whose rows came from the earlier results file; None where every case was scored."""
-    carried = [case["case"] for case in cases if case.get("carried")]
-    return f"Carried from the earlier results file ({why}): {', '.join(carried)}." if carried else None
+    carried = [case["case"] for case in cases if case.get("carried") and not case.get("kept")]
+    kept = [case["case"] for case in cases if case.get("kept")]
+    lines = ([f"Carried from the earlier results file ({why}): {', '.join(carried)}."] if carried else []) + (
+        [f"Kept from the earlier results file (scored there; --keep-scored): {', '.join(kept)}."] if kept else [])
+    return " ".join(lines) or None
 
 
 def planted_case(directory: Path) -> tuple[dict[str, Any], Any, Any]:
@@ -182,7 +187,9 @@ def scored_or_carried(tool: str, args: argparse.Namespace, finished: Callable[[P
         print(f"{tool}: no finished case under {args.cases} and no earlier row for {', '.join(missing)}",
               file=sys.stderr)
         return None
-    return [score(args.cases / name) if name in here else {**earlier[name], "carried": True} for name in args.names]
+    kept = {name for name in here & earlier.keys() if getattr(args, "keep_scored", False)}
+    return [score(args.cases / name) if name in here - kept
+            else {**earlier[name], "carried": True, **({"kept": True} if name in kept else {})} for name in args.names]
 
 
 def indexed_case_main(tool: str, description: str, results: Path, argv: list[str] | None,

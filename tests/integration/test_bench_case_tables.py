@@ -45,6 +45,19 @@ def _carried_once_gone(table, row, elsewhere, out):
     assert carried.pop("carried") is True and carried == row
 
 
+def _kept_when_asked(table, cases, out):
+    """With --keep-scored a finished case keeps its row from the results file (marked) instead of being scored again."""
+    results = json.loads(out.with_suffix(".json").read_text())
+    results["cases"][0]["recall_at_k"] = -1.0  # a value no scoring gives: the row must come from the file
+    out.with_suffix(".json").write_text(json.dumps(results))
+    assert table.main(["--cases", str(cases), "tiny-fact-4", "--keep-scored", "--out", str(out)]) == 0
+    kept = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert kept["recall_at_k"] == -1.0 and kept["kept"] is True
+    assert "Kept from the earlier results file (scored there; --keep-scored): tiny-fact-4." in (
+        out.with_suffix(".md").read_text())
+    assert _table_row(table, cases, out)["recall_at_k"] >= 0.0  # without it, the case is scored again
+
+
 @pytest.fixture(scope="module")
 def cases(tiny_base_dir, tmp_path_factory):
     """A directory holding one finished demo case, ``tiny-fact-4`` (a held-out seed), on the tiny model."""
@@ -68,7 +81,8 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
     assert 0.0 <= row["recall_at_k"] <= 1.0 and row["planted_clusters"] == ["trivia_import"]
     assert row["ranking"] == "smooth_max"  # the shipped attribution.ranking, read from the report's provenance
     assert "| fact | 1 |" in out.with_suffix(".md").read_text()
-    _carried_once_gone(goal_table, row, tmp_path / "elsewhere", out)  # and an unknown case is refused:
+    _carried_once_gone(goal_table, row, tmp_path / "elsewhere", out)
+    _kept_when_asked(goal_table, cases, out)  # and an unknown case is refused:
     assert goal_table.main(["--cases", str(cases), "tiny-fact-9", "--out", str(out)]) == 2
     # a case named twice is refused, not counted twice in its kind's goal row
     assert goal_table.main(["--cases", str(cases), "tiny-fact-4", "tiny-fact-4", "--out", str(out)]) == 2
