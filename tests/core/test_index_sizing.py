@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gradian.index.sizing import IndexEstimate, estimate_index, human_bytes
+from gradian.errors import GradientIndexError
+from gradian.index.sizing import IndexEstimate, check_free_disk, estimate_index, human_bytes
 from gradian.index.store import Index
 from tests.core.test_index_cli import assert_error, index_args, run_cli, write_dataset
 from tests.support.disks import tmpfs
@@ -57,5 +58,26 @@ def test_a_disk_too_small_is_refused_before_any_gradient(capsys, tmp_path, tiny_
     out = tiny_disk / "index"
     code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, out))
     assert_error(code, err, "not enough free disk for the gradient index", "20 examples")
-    assert "storage_dtype=float16" in err and "module_filter" in err and "projection_dim" in err
+    assert "module_filter" in err and "projection_dim" in err
+    assert "storage_dtype=float16" not in err  # the default already stores float16
     assert list(Path(tiny_disk).iterdir()) == []  # no index, no partial directory
+    code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, out,
+                                               "--set", "grads.storage_dtype=float32"))
+    assert_error(code, err, "not enough free disk for the gradient index", "20 examples")
+    assert "storage_dtype=float16 (half of float32)" in err
+
+
+def test_the_refusal_names_what_the_index_cache_on_that_disk_holds(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
+    huge = IndexEstimate(10**6, 10**9, "float16", projected=False, peak_memory_bytes=0)  # 2 PB: never fits
+    with pytest.raises(GradientIndexError) as refused:
+        check_free_disk(huge, [(tmp_path / "index", 0)])
+    assert "index cache" not in refused.value.hint  # nothing cached yet
+    old = tmp_path / "cache" / "indexes" / "0123abcd"
+    old.mkdir(parents=True)
+    (old / "shard-00000.npy").write_bytes(bytes(2_500_000))
+    with pytest.raises(GradientIndexError) as refused:
+        check_free_disk(huge, [(tmp_path / "index", 0), (old.parent / "fedc", 0)])
+    hint = refused.value.hint
+    assert "lower attribution.checkpoints" in hint
+    assert "free 2.5 MB held by the index cache on that disk" in hint and "gradian cache prune" in hint

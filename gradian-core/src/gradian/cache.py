@@ -18,3 +18,8 @@ def cache_dir() -> Path:
     if xdg and Path(xdg).expanduser().is_absolute():
         return Path(xdg).expanduser() / "gradian"
     return Path.home() / ".cache" / "gradian"
+
+
+def index_cache_dir() -> Path:
+    """Where indexes built without --out go (checkpoint indexes always): ``<cache dir>/indexes``."""
+    return cache_dir() / "indexes"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradian.cache import cache_dir
+from gradian.cache import index_cache_dir
 from gradian.data.encode import encode
 from gradian.data.loss_mask import concrete_encoding, concrete_loss_mask, concrete_pair_rendering
 from gradian.grads.whitening import whitening_spec
@@ -88,7 +88,7 @@ class BuildPlan:
 
 def default_index_dir(index_id: str) -> Path:
     """Where an index goes without --out: ``<cache dir>/indexes/<index id>``."""
-    return cache_dir() / "indexes" / index_id
+    return index_cache_dir() / index_id
 
 
 def encode_pass(examples: Sequence[Example], tokenizer: PreTrainedTokenizerBase,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gradian.cache import CACHE_DIR_ENV
+from gradian.cache import CACHE_DIR_ENV, index_cache_dir
 from gradian.errors import GradientIndexError
 from gradian.index.dtypes import storage_numpy_dtype
 
@@ -35,11 +35,6 @@ RUNTIME_BYTES = 400 * 1000**2
 # instead of in RAM (exact gradients of a real model are ~5-10 MB per example).
 IN_MEMORY_SHARD_BYTES = 512 * 1024 * 1024
 
-SHRINK_HINT = (
-    "shrink the index with grads.projection_dim (a fixed width such as 65536, whatever the model's size), "
-    "grads.module_filter (e.g. down_proj, about 4.3x smaller) or grads.storage_dtype=float16 (half of float32), "
-    "or put it on a disk with room (--out for gradian index, --index for gradian attribute)"
-)
 
 
 @dataclass(frozen=True)
@@ -141,16 +136,39 @@ def check_free_disk(estimate: IndexEstimate, builds: Sequence[tuple[Path, int]])
         if need <= free:
             continue
         size = f"{estimate.num_examples:,} examples x {human_bytes(estimate.bytes_per_example)}"
+        hint = _cache_hint(where) + shrink_hint(estimate.storage_dtype)
         if len(entries) == 1:
             raise GradientIndexError(
                 f"not enough free disk for the gradient index: it needs about {human_bytes(need)} at {where} "
-                f"({size}) and {human_bytes(free)} is free", SHRINK_HINT)
+                f"({size}) and {human_bytes(free)} is free", hint)
         raise GradientIndexError(
             f"not enough free disk for the {len(entries)} gradient indexes still to build (attribution.checkpoints "
             f"indexes each checkpoint scored): they need about {human_bytes(need)} on the disk of {where} "
             f"({len(entries)} x {size}) and {human_bytes(free)} is free",
             f"lower attribution.checkpoints (one index per checkpoint; the checkpoints' go to the index cache, "
-            f"${CACHE_DIR_ENV}), or {SHRINK_HINT}")
+            f"${CACHE_DIR_ENV}), or {hint}")
+
+
+def shrink_hint(storage_dtype: str) -> str:
+    """The ways to make an index smaller, leaving out a storage dtype it already has."""
+    # Suggesting float16 to an index already stored in 16 bits sends the user to a setting that changes nothing.
+    dtype = " or grads.storage_dtype=float16 (half of float32)" if storage_dtype == "float32" else ""
+    return ("shrink the index with grads.projection_dim (a fixed width such as 65536, whatever the model's size), "
+            f"grads.module_filter (e.g. down_proj, about 4.3x smaller){dtype}, "
+            "or put it on a disk with room (--out for gradian index, --index for gradian attribute)")
+
+
+def _cache_hint(where: Path) -> str:
+    """What the index cache on the same disk as ``where`` holds, which pruning frees; '' when nothing."""
+    # Checkpoint indexes of earlier runs pile up there unseen (a 2,000-row SmolLM2 run leaves 3 x 9.8 GB).
+    root = index_cache_dir()
+    if not root.is_dir() or root.stat().st_dev != os.stat(_existing(where)).st_dev:
+        return ""
+    held = sum(path.stat().st_size for path in root.rglob("*") if path.is_file() and not path.is_symlink())
+    if held == 0:
+        return ""
+    return (f"free {human_bytes(held)} held by the index cache on that disk ({root}; `gradian cache list` shows "
+            "what built each, `gradian cache prune --older-than 7d` or `--id` removes them), or ")
 
 
 def written_bytes(directory: Path) -> int:
