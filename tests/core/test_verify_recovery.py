@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gradian.counterfactual.controls import control_sets
-from gradian.counterfactual.recovery import margin, recovered_fraction, recovery
+from gradian.counterfactual.recovery import item_recovery, margin, recovered_fraction, recovery
 from gradian.errors import DatasetError
 from gradian.evaluation import paired_bootstrap
 
@@ -113,3 +113,15 @@ def test_no_controls_is_allowed_and_too_big_a_drop_set_is_an_error():
     assert control_sets(IDS, ACCUSED, 0) == ()
     with pytest.raises(DatasetError, match="no random control of the same size fits"):
         control_sets(IDS, IDS[:25], 1)
+
+
+def test_regressed_items_are_sorted_into_back_without_the_drop_and_stuck_under_every_retrain():
+    ids = ["a", "b", "c", "d", "e"]
+    base, full = [1, 1, 1, 1, 0], [0, 0, 0, 0, 0]  # e never regressed
+    dropped = [1, 0, 0, 0.5, 0]  # a back; d partly back (moved, not back)
+    controls = {"control-1": [0, 1, 0, 0, 1], "control-2": [0, 0, 0, 0, 0]}  # b moved by a control, c by nothing
+    by_item = item_recovery(ids, base, full, dropped, controls)
+    assert by_item.regressed == ["a", "b", "c", "d"]
+    assert by_item.back == ["a"]
+    assert by_item.stuck == ["c"]  # only c stays at the full model's score in every retrain
+    assert item_recovery(ids, base, full, dropped, {}).stuck == ["b", "c"]  # with no controls, the drop alone

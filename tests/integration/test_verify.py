@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gradian.cli.app import main
+from gradian.counterfactual.summary import verify_markdown
 from tests.integration.injection_case import inject_runs
 from tests.support.scenario import single_thread
 
@@ -45,6 +46,15 @@ def test_dropping_the_accused_cluster_recovers_more_than_a_random_control(report
     assert dropped["fraction"] > control["fraction"]
     assert result["comparisons"][0]["significant"] and result["verdict"]["confirmed"]
     assert not set(control["drop_ids"]) & set(result["drop"]["ids"])
+    by_item, items = result["regressed_items"], {item["id"]: item for item in result["items"]}
+    assert by_item["count"] == sum(item["base"] > item["full"] for item in items.values()) > 0
+    assert by_item["back"] and all(items[i]["dropped"] >= items[i]["base"] for i in by_item["back"])
+    assert all(items[i]["dropped"] <= items[i]["full"] >= items[i]["control-1"] for i in by_item["stuck"])
+    assert f"Of the {by_item['count']} regressed items, {len(by_item['back'])} came back" in out
+    assert "no retrain gave back" not in (tmp_path / "verify" / "verify.md").read_text()  # none stuck here
+    first = next(iter(items))
+    stuck = verify_markdown({**result, "regressed_items": {**by_item, "stuck": [first]}})
+    assert "## Regressed items no retrain gave back\n\nEach scores" in stuck and f"- {first}: wanted" in stuck
     assert out.startswith("Dropping `gradian-injected` (14 examples) recovered")
     assert (tmp_path / "verify" / "verify.md").read_text().startswith("# gradian verify")
 

@@ -9,7 +9,7 @@ items (the same resampled items for the numerator and the denominator, so their 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +95,31 @@ def margin(dropped_a: Sequence[float], dropped_b: Sequence[float], *, samples: i
     """mean(dropped_a - dropped_b) over items with its paired bootstrap interval (a: accused, b: a control)."""
     interval = paired_bootstrap(dropped_b, dropped_a, samples=samples, confidence=confidence, seed=seed)
     return Margin(delta=interval.delta, low=interval.low, high=interval.high)
+
+
+@dataclass(frozen=True)
+class ItemRecovery:
+    """Which regressed items a drop gave back, and which no retrain gave back (ids, in eval order)."""
+
+    regressed: list[str]  # base > full: what the fine-tune broke
+    back: list[str]  # regressed, and the model trained without the drop set scores the base's score again
+    stuck: list[str]  # regressed, and no retrained model (the accused drop or a control) scores above full
+
+
+def item_recovery(ids: Sequence[str], base: Sequence[float], full: Sequence[float], dropped: Sequence[float],
+                  controls: Mapping[str, Sequence[float]]) -> ItemRecovery:
+    """Sort the regressed items by what the retrains did to each: back without the drop set, or stuck under all."""
+    # An item no retrain moves is regressed by something every retrain shares (the learning rate, the rest of the
+    # data), so no drop of this size can give it back: it caps the recovered fraction whatever was accused.
+    b, f, d, *c = _arrays(base, full, dropped, *controls.values())
+    regressed, unmoved = b > f, d <= f
+    for column in c:
+        unmoved &= column <= f
+
+    def pick(mask: np.ndarray) -> list[str]:
+        return [item for item, chosen in zip(ids, mask, strict=True) if chosen]
+
+    return ItemRecovery(regressed=pick(regressed), back=pick(regressed & (d >= b)), stuck=pick(regressed & unmoved))
 
 
 def _arrays(*columns: Sequence[float]) -> list[np.ndarray]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradian.atomic_files import write_atomic
-from gradian.counterfactual.recovery import Recovery, margin, recovery
+from gradian.counterfactual.recovery import Recovery, item_recovery, margin, recovery
 from gradian.counterfactual.retrain import TrainedModel
 from gradian.evaluation.capability import CapabilityResult
 
@@ -61,6 +61,8 @@ def verify_result(plan: VerifyPlan, trained: Mapping[str, TrainedModel], evaluat
     lost = sum(b - f for b, f in zip(base, full, strict=True)) / len(base)
     dropped_row = next(row for row in models if row["role"] == "dropped")
     confirmed = bool(lost > 0 and dropped_row["recovered_low"] > 0 and all(c["significant"] for c in comparisons))
+    by_item = item_recovery([item.id for item in full_eval.items], base, full, scores["dropped"],
+                            {name: scores[name] for name in names if name != "dropped"})
     items = []
     for position, item in enumerate(full_eval.items):
         row = {"id": item.id, "prompt": item.prompt, "wanted": item.wanted, "base": base[position],
@@ -90,6 +92,7 @@ def verify_result(plan: VerifyPlan, trained: Mapping[str, TrainedModel], evaluat
                        "confidence": ev.confidence, "seed": ev.seed, "base_scores_consistent": base_consistent},
         "models": models,
         "comparisons": comparisons,
+        "regressed_items": {"count": len(by_item.regressed), "back": by_item.back, "stuck": by_item.stuck},
         "items": items,
         "config": plan.config.to_dict(),
         "command": command,
@@ -149,10 +152,24 @@ def _verify_verdict(result: Mapping[str, Any]) -> tuple[str, str]:
     for comparison in result["comparisons"]:
         summary += (f" Accused minus {comparison['control']}: {comparison['delta']:+.4g} "
                     f"[{comparison['low']:+.4g}, {comparison['high']:+.4g}].")
+    summary += _items_text(result.get("regressed_items"), what)
     summary += (" Confirmed: the drop recovered significantly more than nothing and than every control."
                 if result["verdict"]["confirmed"] else
                 " Not confirmed: the recovery is not significantly above zero or above every control.")
     return headline, summary
+
+
+def _items_text(by_item: Mapping[str, Any] | None, what: str) -> str:
+    """The regressed items the drop gave back, and those no retrain moved; '' for files written before."""
+    if not by_item or not by_item["count"]:
+        return ""
+    text = (f" Of the {by_item['count']} regressed items, {len(by_item['back'])} came back to the base's score "
+            f"without {what}")
+    if not by_item["stuck"]:
+        return text + "."
+    return text + (f"; {len(by_item['stuck'])} stayed at or under the full model's score in every retrained model: "
+                   "what regresses those is shared by every retrain (the training settings, or rows no drop "
+                   "removed), and it caps the fraction this drop can recover.")
 
 
 def _fraction_text(row: Mapping[str, Any], level: str) -> str:
@@ -194,6 +211,13 @@ def verify_markdown(result: Mapping[str, Any]) -> str:
                   "|---|---|---|---|"]
         lines += [f"| {c['control']} | {c['delta']:+.4g} | [{c['low']:+.4g}, {c['high']:+.4g}] | "
                   f"{'yes' if c['significant'] else 'no'} |" for c in result["comparisons"]]
+    stuck = (result.get("regressed_items") or {}).get("stuck") or []
+    if stuck:
+        wanted = {item["id"]: item["wanted"] for item in result["items"]}
+        lines += ["", "## Regressed items no retrain gave back", "",
+                  "Each scores at or under the full model in every retrained model (the accused drop and each "
+                  "control): what regresses them is not in the drop set alone.", ""]
+        lines += [f"- {item}: wanted {_cell(wanted[item])}" for item in stuck]
     drop = result["drop"]
     lines += ["", "## What was dropped", "", f"- {drop['origin']}: {drop['size']} examples",
               f"- controls: {result['controls']['count']} ({result['controls']['how']}; seed {result['controls']['seed']})",

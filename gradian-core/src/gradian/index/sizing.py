@@ -36,7 +36,6 @@ RUNTIME_BYTES = 400 * 1000**2
 IN_MEMORY_SHARD_BYTES = 512 * 1024 * 1024
 
 
-
 @dataclass(frozen=True)
 class IndexEstimate:
     """The size of an index build, known before its first gradient."""
