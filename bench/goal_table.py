@@ -57,9 +57,11 @@ def verify_summary(directory: Path) -> dict[str, Any] | None:
         return None
     result = json.loads(path.read_text())
     rows = {row["role"]: row for row in result["models"]}
+    by_item = result.get("regressed_items")  # verify.json written since stop 38
     return {"dropped": result["drop"]["cluster"] or f"{result['drop']['size']} examples",
             "recovered": rows["dropped"].get("fraction"), "random": rows.get("control", {}).get("fraction"),
-            "confirmed": result["verdict"]["confirmed"]}
+            "confirmed": result["verdict"]["confirmed"],
+            "stuck": None if by_item is None else f"{len(by_item['stuck'])} of {by_item['count']}"}
 
 
 def score_case(directory: Path) -> dict[str, Any]:
@@ -198,6 +200,8 @@ def _verify(row: dict[str, Any]) -> str:
     if not verify:
         return "-"
     verdict = "confirmed" if verify["confirmed"] else "not confirmed"
+    if verify.get("stuck"):
+        verdict += f"; {verify['stuck']} regressed items stuck in every retrain"
     return f"{_share(verify['recovered'])} vs {_share(verify['random'])} random ({verdict})"
 
 

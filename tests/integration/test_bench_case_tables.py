@@ -185,6 +185,9 @@ def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_
              "span_checked": 0, "verify": not_confirmed}
     rows = {line.split(" | ")[0].strip("| "): line for line in table.goal_rows([span, clean])[2:]}
     assert rows["span"].endswith("| 0/1 |") and rows["clean"].endswith("| 1/1 false accusations refuted |")
+    assert table._verify(span) == "50% vs 30% random (not confirmed)"  # a verify.json from before stop 38
+    stuck = {**span, "verify": {**not_confirmed, "stuck": "5 of 12"}}
+    assert table._verify(stuck) == "50% vs 30% random (not confirmed; 5 of 12 regressed items stuck in every retrain)"
 
 
 def test_the_base_point_table_mixes_the_cases_own_points_and_rescores_from_what_it_saved(cases, tiny_base_dir,
