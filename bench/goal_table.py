@@ -55,13 +55,20 @@ def verify_summary(directory: Path) -> dict[str, Any] | None:
     path = directory / "verify" / "verify.json"
     if not path.is_file():
         return None
+    from gradian.counterfactual.recovery import item_recovery
+
     result = json.loads(path.read_text())
     rows = {row["role"]: row for row in result["models"]}
-    by_item = result.get("regressed_items")  # verify.json written since stop 38
+
+    def column(key: str) -> list[Any]:
+        return [item[key] for item in result["items"]]
+
+    # From the per-item scores every verify.json holds, so a verify run before verify counted them counts too.
+    controls = {row["name"]: column(row["name"]) for row in result["models"] if row["role"] == "control"}
+    by_item = item_recovery(column("id"), column("base"), column("full"), column("dropped"), controls)
     return {"dropped": result["drop"]["cluster"] or f"{result['drop']['size']} examples",
             "recovered": rows["dropped"].get("fraction"), "random": rows.get("control", {}).get("fraction"),
-            "confirmed": result["verdict"]["confirmed"],
-            "stuck": None if by_item is None else f"{len(by_item['stuck'])} of {by_item['count']}"}
+            "confirmed": result["verdict"]["confirmed"], "stuck": f"{len(by_item.stuck)} of {len(by_item.regressed)}"}
 
 
 def score_case(directory: Path) -> dict[str, Any]:

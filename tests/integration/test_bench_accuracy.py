@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "accuracy.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_accuracy", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+from tests.support.bench import bench_module
 
 
 @pytest.mark.slow
 def test_the_harness_runs_on_a_tiny_model_and_writes_the_table(tiny_base_dir, tmp_path):
-    bench = _bench()
+    bench = bench_module("accuracy")
     out = tmp_path / "results" / "accuracy"
     assert bench.main(["--base-model", str(tiny_base_dir), "--kinds", "fact", "--seeds", "0", "--no-gate",
                        "--workdir", str(tmp_path / "work"), "--out", str(out)]) == 0

@@ -3,28 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gradian.demo.run import demo_config, run_demo
 from gradian.demo.scenarios import make_scenario
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _bench(name):
-    sys.path.insert(0, str(BENCH))  # the scripts import their sibling modules, as they do when run from bench/
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.support.bench import bench_module
 
 
 def _indexed_table_row(table, cases, tiny_base_dir, out):
@@ -74,7 +61,7 @@ def cases(tiny_base_dir, tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path):
-    goal_table = _bench("goal_table")
+    goal_table = bench_module("goal_table")
     out = tmp_path / "goal"
     row = _table_row(goal_table, cases, out)
     assert row["kind"] == "fact" and row["seed"] == 4 and row["held_out"]
@@ -89,7 +76,7 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
 
 
 def test_the_goal_rows_keep_apart_held_out_rows_ranked_another_way():
-    goal_table = _bench("goal_table")
+    goal_table = bench_module("goal_table")
     base = {"held_out": True, "kind": "fact", "verdict_right": True, "span_hits": 0, "span_checked": 0,
             "planted_clusters": ["trivia_import"], "verify": None}
     earlier, rebuilt = {**base, "recall_at_k": 0.8}, {**base, "recall_at_k": 0.9, "ranking": "smooth_max"}
@@ -101,7 +88,7 @@ def test_the_goal_rows_keep_apart_held_out_rows_ranked_another_way():
 
 @pytest.mark.slow
 def test_the_aggregation_table_scores_every_variant_and_carries_the_case_once_gone(cases, tmp_path):
-    aggregation = _bench("aggregation")
+    aggregation = bench_module("aggregation")
     out = tmp_path / "aggregation"
     row = _table_row(aggregation, cases, out)
     assert set(row["methods"]) == {"mean", "harm", "max", "rank_vote", "clip3", "top2", "smooth_max", "rrf"}
@@ -114,7 +101,7 @@ def test_the_aggregation_table_scores_every_variant_and_carries_the_case_once_go
 def test_the_bench_aggregations_lie_between_the_mean_and_the_max_and_agreement_reads_the_items():
     from gradian.attribution.aggregation import average_ranks
 
-    aggregation = _bench("aggregation")
+    aggregation = bench_module("aggregation")
     rng = np.random.default_rng(0)
     blame = rng.normal(size=(300, 8))
     blame[0] = [12.0, -4.0, -4.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # one item's own planted row, which two others disown
@@ -133,7 +120,7 @@ def test_the_bench_aggregations_lie_between_the_mean_and_the_max_and_agreement_r
 
 
 def test_the_peers_table_refuses_a_case_named_twice(tmp_path, capsys):
-    peers = _bench("peers")
+    peers = bench_module("peers")
     assert peers.main(["--cases", str(tmp_path), "fact-5", "fact-5", "--out", str(tmp_path / "peers")]) == 2
     assert "fact-5 named more than once" in capsys.readouterr().err
     assert not (tmp_path / "peers.json").exists()
@@ -141,7 +128,7 @@ def test_the_peers_table_refuses_a_case_named_twice(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base_dir, tmp_path):
-    methods_table = _bench("heldout_methods")
+    methods_table = bench_module("heldout_methods")
     out = tmp_path / "methods"
     row = _indexed_table_row(methods_table, cases, tiny_base_dir, out)
     names = list(row["methods"])
@@ -150,7 +137,7 @@ def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base
             "hidden-state cosine"} <= set(names)
     assert all(0.0 <= m["recall_at_k"] <= 1.0 and 0.0 <= m["auprc"] <= 1.0 for m in row["methods"].values())
     # Gradian's cell is the report's own blame, the same numbers the goal table reads
-    goal = _bench("goal_table").score_case(cases / "tiny-fact-4")
+    goal = bench_module("goal_table").score_case(cases / "tiny-fact-4")
     gradian = row["methods"][methods_table.GRADIAN]
     assert (gradian["recall_at_k"], gradian["auprc"]) == (goal["recall_at_k"], goal["auprc"])
     if "by_cause" in goal:  # the report split the regression: the whole ranking is shown beside it
@@ -165,7 +152,7 @@ def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base
 
 @pytest.mark.slow
 def test_the_normalization_table_scores_every_power_and_reproduces_the_report_at_zero(cases, tiny_base_dir, tmp_path):
-    normalization = _bench("normalization")
+    normalization = bench_module("normalization")
     out = tmp_path / "normalization"
     row = _indexed_table_row(normalization, cases, tiny_base_dir, out)
     assert list(row["alphas"]) == [str(alpha) for alpha in normalization.ALPHAS]
@@ -176,7 +163,7 @@ def test_the_normalization_table_scores_every_power_and_reproduces_the_report_at
 
 
 def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_a_refutation():
-    table = _bench("goal_table")
+    table = bench_module("goal_table")
     not_confirmed = {"confirmed": False, "recovered": 0.5, "random": 0.3}
     # a span case plants sentences, not a cluster, but it has planted rows: its verify is held to the 80% goal
     span = {"kind": "span", "held_out": True, "recall_at_k": 0.6, "planted_clusters": [], "verdict_right": None,
@@ -193,7 +180,7 @@ def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_
 def test_the_base_point_table_mixes_the_cases_own_points_and_rescores_from_what_it_saved(cases, tiny_base_dir,
                                                                                           tmp_path, monkeypatch):
     monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))  # the base point's index, not in the user's
-    base_point = _bench("base_point")
+    base_point = bench_module("base_point")
     row = _indexed_table_row(base_point, cases, tiny_base_dir, tmp_path / "first")
     ensembles = row["ensembles"]
     assert all(0.0 <= m["recall_at_k"] <= 1.0 and 0.0 <= m["auprc"] <= 1.0 for m in ensembles.values())
@@ -219,7 +206,7 @@ def test_the_loss_drop_table_measures_the_base_model_and_the_adapter_and_rescore
     from gradian.model.loaded import LoadedModel
 
     monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
-    loss_drop = _bench("loss_drop")
+    loss_drop = bench_module("loss_drop")
     row = _indexed_table_row(loss_drop, cases, tiny_base_dir, tmp_path / "first")
     workdir = cases / "tiny-fact-4"
     with np.load(workdir / "loss-drop" / "row_loss.npz") as held:
@@ -247,7 +234,7 @@ def test_the_sentence_rerank_table_puts_a_one_sentence_row_on_its_own_score_and_
     from gradian.query.sentences import sentence_spans
 
     monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
-    rerank = _bench("sentence_rerank")
+    rerank = bench_module("sentence_rerank")
     workdir = cases / "tiny-fact-4"
     ranked, shortlist = rerank.rankings(workdir, str(tiny_base_dir), 12)
     rows, alone = ranked["rows' blame (shipped)"], ranked["alone: most blamed sentence"]
@@ -268,7 +255,7 @@ def test_the_sentence_rerank_table_puts_a_one_sentence_row_on_its_own_score_and_
 
 
 def test_ranking_feedback_is_each_rows_mean_cosine_to_the_top_rows_without_itself():
-    mixes = _bench("ranking_mixes")
+    mixes = bench_module("ranking_mixes")
     rng = np.random.default_rng(3)
     rows = rng.normal(size=(9, 5))
     blame = rng.normal(size=9)
@@ -285,7 +272,7 @@ def test_the_ranking_mixes_table_scores_the_report_and_every_mix_on_the_cases_ow
     from gradian.attribution.preconditioners import fit_preconditioner
     from gradian.index.store import open_index
 
-    mixes = _bench("ranking_mixes")
+    mixes = bench_module("ranking_mixes")
     index = open_index(cases / "tiny-fact-4" / "index")
     rows = np.asarray(index.rows_between(0, index.num_examples), dtype=np.float64)
     pre = fit_preconditioner("kronecker", index_statistics(index, "kronecker"))
@@ -297,7 +284,7 @@ def test_the_ranking_mixes_table_scores_the_report_and_every_mix_on_the_cases_ow
     row = _indexed_table_row(mixes, cases, tiny_base_dir, out)
     assert list(row["methods"])[0] == "report" and len(row["methods"]) == 1 + 2 * len(mixes.FEEDBACK) + len(mixes.HIDDEN)
     assert all(0.0 <= m["recall_at_k"] <= 1.0 for m in row["methods"].values())
-    report_blame = np.array([float(r["blame"]) for r in _bench("goal_table").report_item_blame(
+    report_blame = np.array([float(r["blame"]) for r in bench_module("goal_table").report_item_blame(
         cases / "tiny-fact-4" / "report")[0]])
     scenario = make_scenario("fact", 4)
     truth = scenario.ground_truth()
@@ -306,7 +293,7 @@ def test_the_ranking_mixes_table_scores_the_report_and_every_mix_on_the_cases_ow
 
 
 def test_the_control_variants_subtract_how_hard_a_row_moves_the_items_that_held_up():
-    table = _bench("control_items")
+    table = bench_module("control_items")
     rng = np.random.default_rng(5)
     regressed, control = rng.normal(size=(8, 3)), rng.normal(size=(8, 4))
     control[2] *= 40.0  # row 2 moves every item that held up
@@ -329,8 +316,8 @@ def test_the_control_items_table_scores_the_items_that_held_up_on_the_cases_own_
     from gradian.config import load_config
     from gradian.report.reader import read_report
 
-    table = _bench("control_items")
-    methods = _bench("accuracy_methods")
+    table = bench_module("control_items")
+    methods = bench_module("accuracy_methods")
     # nothing regresses on the random tiny model, so the copy's report says the first half of its items did
     split = tmp_path / "cases"
     shutil.copytree(cases / "tiny-fact-4", split / "tiny-fact-4", symlinks=True)

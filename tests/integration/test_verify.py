@@ -10,6 +10,7 @@ import pytest
 from gradian.cli.app import main
 from gradian.counterfactual.summary import verify_markdown
 from tests.integration.injection_case import inject_runs
+from tests.support.bench import bench_module
 from tests.support.scenario import single_thread
 
 pytestmark = pytest.mark.slow
@@ -52,6 +53,8 @@ def test_dropping_the_accused_cluster_recovers_more_than_a_random_control(report
     assert all(items[i]["dropped"] <= items[i]["full"] >= items[i]["control-1"] for i in by_item["stuck"])
     assert f"Of the {by_item['count']} regressed items, {len(by_item['back'])} came back" in out
     assert "no retrain gave back" not in (tmp_path / "verify" / "verify.md").read_text()  # none stuck here
+    goal_table = bench_module("goal_table")  # the benchmark counts the same items from the per-item scores
+    assert goal_table.verify_summary(tmp_path)["stuck"] == f"{len(by_item['stuck'])} of {by_item['count']}"
     first = next(iter(items))
     stuck = verify_markdown({**result, "regressed_items": {**by_item, "stuck": [first]}})
     assert "## Regressed items no retrain gave back\n\nEach scores" in stuck and f"- {first}: wanted" in stuck
