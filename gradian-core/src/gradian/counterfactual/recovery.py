@@ -109,8 +109,8 @@ class ItemRecovery:
 def item_recovery(ids: Sequence[str], base: Sequence[float], full: Sequence[float], dropped: Sequence[float],
                   controls: Mapping[str, Sequence[float]]) -> ItemRecovery:
     """Sort the regressed items by what the retrains did to each: back without the drop set, or stuck under all."""
-    # An item no retrain moves is regressed by something every retrain shares (the learning rate, the rest of the
-    # data), so no drop of this size can give it back: it caps the recovered fraction whatever was accused.
+    # An item no retrain moves is regressed by something every retrain shares (the learning rate, the rows no drop
+    # removed), so it caps the fraction the accused drop can recover, however right the accusation.
     b, f, d, *c = _arrays(base, full, dropped, *controls.values())
     regressed, unmoved = b > f, d <= f
     for column in c:
