@@ -172,7 +172,7 @@ def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_
              "span_checked": 0, "verify": not_confirmed}
     rows = {line.split(" | ")[0].strip("| "): line for line in table.goal_rows([span, clean])[2:]}
     assert rows["span"].endswith("| 0/1 |") and rows["clean"].endswith("| 1/1 false accusations refuted |")
-    assert table._verify(span) == "50% vs 30% random (not confirmed)"  # a verify.json from before stop 38
+    assert table._verify(span) == "50% vs 30% random (not confirmed)"  # a row carried from a results file written before the count
     stuck = {**span, "verify": {**not_confirmed, "stuck": "5 of 12"}}
     assert table._verify(stuck) == "50% vs 30% random (not confirmed; 5 of 12 regressed items stuck in every retrain)"
 

@@ -50,7 +50,7 @@ def test_dropping_the_accused_cluster_recovers_more_than_a_random_control(report
     by_item, items = result["regressed_items"], {item["id"]: item for item in result["items"]}
     assert by_item["count"] == sum(item["base"] > item["full"] for item in items.values()) > 0
     assert by_item["back"] and all(items[i]["dropped"] >= items[i]["base"] for i in by_item["back"])
-    assert all(items[i]["dropped"] <= items[i]["full"] >= items[i]["control-1"] for i in by_item["stuck"])
+    assert all(max(items[i]["dropped"], items[i]["control-1"]) <= items[i]["full"] for i in by_item["stuck"])
     assert f"Of the {by_item['count']} regressed items, {len(by_item['back'])} came back" in out
     assert "no retrain gave back" not in (tmp_path / "verify" / "verify.md").read_text()  # none stuck here
     goal_table = bench_module("goal_table")  # the benchmark counts the same items from the per-item scores
