@@ -115,11 +115,12 @@ def truth(prepared: dict[str, Any]) -> GroundTruth:
                        reproduced_rows=tuple(i for i, e in enumerate(examples) if reproduced and e.id in reproduced))
 
 
-def first_error_line(out: Path, log: Path, code: int) -> str:
-    """The peer's own error line (error.txt), else the last exception line of its log, else how it ended."""
+def first_error_line(out: Path, log: Path, code: int, start: int = 0) -> str:
+    """The peer's own error line (error.txt), else the last exception line of its log from ``start``, else how it ended."""
     if (out / "error.txt").is_file():
         return (out / "error.txt").read_text(encoding="utf-8").strip().splitlines()[0][:300]
-    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    text = log.read_bytes()[start:].decode("utf-8", errors="replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", line)]
     if errors:
         return errors[-1][:300]
@@ -135,8 +136,9 @@ def run_peer(peer: str, data: Path, out: Path, args: argparse.Namespace) -> dict
     if args.collect:
         return {"error": NOT_RUN}
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (*out.glob("blame_*.npy"), out / "error.txt", result_file):
-        stale.unlink(missing_ok=True)
+    stale = [out / "error.txt", result_file] + ([] if args.resume else list(out.glob("blame_*.npy")))
+    for path in stale:
+        path.unlink(missing_ok=True)
     python = args.venvs / peer / "bin" / "python"
     command = ["nice", "-n", str(args.nice), str(python), str(HERE / "peers" / f"{peer}_blame.py"),
                "--data", str(data), "--out", str(out)]
@@ -144,10 +146,13 @@ def run_peer(peer: str, data: Path, out: Path, args: argparse.Namespace) -> dict
         command += ["--max-queries", str(args.max_queries)]
     if args.fit_rows:
         command += ["--fit-rows", str(args.fit_rows)]
+    if args.resume:
+        command.append("--resume")
     log = out / "log.txt"
+    start = log.stat().st_size if args.resume and log.is_file() else 0  # a resumed run appends to the earlier log
     print(f"  {peer}: {' '.join(command)} (log {log})", flush=True)
     began = time.perf_counter()
-    with log.open("w", encoding="utf-8") as handle:
+    with log.open("a" if args.resume else "w", encoding="utf-8") as handle:
         try:
             env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
             code = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, timeout=args.timeout,
@@ -162,7 +167,7 @@ def run_peer(peer: str, data: Path, out: Path, args: argparse.Namespace) -> dict
         result = json.loads(result_file.read_text(encoding="utf-8"))
         result["wall_seconds"] = seconds
     else:
-        error = f"timed out after {args.timeout} s" if code is None else first_error_line(out, log, code)
+        error = f"timed out after {args.timeout} s" if code is None else first_error_line(out, log, code, start)
         result = {"error": error, "exit_code": code, "wall_seconds": seconds}
         print(f"  {peer}: failed: {error}", flush=True)
     result["command"] = " ".join(command)
@@ -315,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="OMP/MKL threads of a peer (1: two threads spin against each other on busy shared cores)")
     parser.add_argument("--rerun", action="store_true", help="run peers again that finished a case earlier")
+    parser.add_argument("--resume", action="store_true",
+                        help="let a peer reuse what its interrupted run saved (an index, factors, scored variants)")
     parser.add_argument("--collect", action="store_true",
                         help="run nothing: table the finished peer runs, the rest as not run")
     parser.add_argument("--note", action="append", default=[], help="a line for the notes (repeatable)")

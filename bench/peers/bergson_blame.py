@@ -11,7 +11,8 @@ bergson's scores are q . H^-1 g (positive = training on the row lowers the query
 over items. Variants: ekfac_wanted, ekfac_contrast (Hessian, no unit norm: bergson's best configuration in
 ../shared/METHODS.md) and cosine_wanted, cosine_contrast (``unit_norm=True`` without a Hessian: its default query
 path). The adapter dir is copied next to the outputs with base_model_name_or_path pointing at the local base model
-(the case's adapter names a Gradian alias that bergson cannot resolve). The index is deleted at the end (~4 GB).
+(the case's adapter names a Gradian alias that bergson cannot resolve). The index is deleted at the end (~4 GB)
+unless ``--keep-index``; ``--resume`` reuses a finished index and Hessian and the variants already scored.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-queries", type=int, default=0)
     parser.add_argument("--token-batch-size", type=int, default=1024)
     parser.add_argument("--keep-index", action="store_true")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse a finished index and Hessian in --out and the variants already scored there")
     parser.add_argument("--fit-rows", type=int, default=0, help="fit EK-FAC on the first N training rows (0: all)")
     args = parser.parse_args(argv)
     from common import main_guarded
@@ -75,7 +78,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = args.out.resolve()
     adapter = local_adapter(meta, out)
     index_path, hessian_path = out / "index", out / "hessian" / "kfac"
-    for stale in (index_path, out / "index.part", hessian_path, out / "hessian" / "kfac.part"):
+    # bergson moves a .part dir into place only when it finishes, so an index or Hessian present here is complete
+    reuse = {path for path in (index_path, hessian_path) if args.resume and path.is_dir()}
+    for stale in ({index_path, hessian_path} - reuse) | {out / "index.part", out / "hessian" / "kfac.part"}:
         shutil.rmtree(stale, ignore_errors=True)
 
     fit = args.fit_rows if 0 < args.fit_rows < len(case["train"]) else None
@@ -90,9 +95,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            token_batch_size=args.token_batch_size, distributed=DistributedConfig(nproc_per_node=1))
 
     index_cfg = config(index_path, (args.data / "train.jsonl").resolve())
-    stages.run("build index", lambda: build(index_cfg, PreprocessConfig()))
-    stages.run("fit EK-FAC", lambda: approximate_hessians(config(hessian_path, fit_file),
-                                                          HessianConfig(method="kfac", ev_correction=True)))
+    if index_path not in reuse:
+        stages.run("build index", lambda: build(index_cfg, PreprocessConfig()))
+    if hessian_path not in reuse:
+        stages.run("fit EK-FAC", lambda: approximate_hessians(config(hessian_path, fit_file),
+                                                              HessianConfig(method="kfac", ev_correction=True)))
     model, _ = stages.run("load model", lambda: setup_model_and_peft(index_cfg))
     model.eval()
     forward_backward = fwd_bwd_factory(index_cfg)
@@ -119,6 +126,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     grads: dict[str, Any] = {}
     for name, kwargs in (("ekfac", {"hessian_path": str(hessian_path), "ev_correction": True}),
                          ("cosine", {"unit_norm": True})):
+        done = [f"{name}_{query}" for query in ("wanted", "contrast") if (out / f"blame_{name}_{query}.npy").exists()]
+        if args.resume and len(done) == (2 if generated_rows else 1):
+            variants += done
+            continue
         attributor = stages.run(f"load attributor ({name})", lambda kw=kwargs: Attributor(str(index_path), **kw))
         if not grads:
             grads["wanted"] = stages.run("query gradients (wanted)", lambda a=attributor: query_grads(case["wanted"], a))
@@ -144,8 +155,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "sampled labels", "inversion": "damped_inverse, damping 0.1 x mean eigenvalue (its default)",
                        "cosine": "Attributor(unit_norm=True), no Hessian", "token_batch_size": args.token_batch_size,
                        "hessian_rows": fit or len(case["train"])},
-            "notes": [f"EK-FAC fitted on the first {fit} of {len(case['train'])} training rows (--fit-rows)"]
-            if fit else []}
+            "notes": ([f"EK-FAC fitted on the first {fit} of {len(case['train'])} training rows (--fit-rows)"]
+                      if fit else []) + ([f"resumed: {', '.join(sorted(p.name for p in reuse))} and the variants "
+                                          "scored before were reused, so their seconds are not in this run's"]
+                                         if args.resume else [])}
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-queries", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--fit-rows", type=int, default=0, help="fit the factors on the first N training rows (0: all)")
+    parser.add_argument("--resume", action="store_true", help="reuse the factors and scores kronfluence saved in --out")
     args = parser.parse_args(argv)
     from common import main_guarded
 
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     factor_args = FactorArguments(strategy="ekfac", covariance_max_examples=fit, lambda_max_examples=fit)
     stages.run("fit EK-FAC factors", lambda: analyzer.fit_all_factors(
         "ekfac", dataset=train, per_device_batch_size=args.batch_size, dataloader_kwargs=loader,
-        factor_args=factor_args, overwrite_output_dir=True))
+        factor_args=factor_args, overwrite_output_dir=not args.resume))
     score_args = ScoreArguments(damping_factor=None)  # 0.1 x mean eigenvalue
     queries = case["wanted"] + [g for g, has in zip(case["generated"], case["has_generated"], strict=True) if has]
 
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         analyzer.compute_pairwise_scores("pairwise", "ekfac", query_dataset=Rows(queries), train_dataset=train,
                                          per_device_query_batch_size=len(queries),
                                          per_device_train_batch_size=args.batch_size, dataloader_kwargs=loader,
-                                         score_args=score_args, overwrite_output_dir=True)
+                                         score_args=score_args, overwrite_output_dir=not args.resume)
         return analyzer.load_pairwise_scores("pairwise")["all_modules"].double().numpy()
 
     scores = stages.run("pairwise scores", pairwise)

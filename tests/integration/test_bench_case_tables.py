@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import shutil
@@ -124,6 +125,29 @@ def test_the_peers_table_refuses_a_case_named_twice(tmp_path, capsys):
     assert peers.main(["--cases", str(tmp_path), "fact-5", "fact-5", "--out", str(tmp_path / "peers")]) == 2
     assert "fact-5 named more than once" in capsys.readouterr().err
     assert not (tmp_path / "peers.json").exists()
+
+
+def test_a_resumed_peer_run_keeps_what_the_interrupted_one_saved(tmp_path):
+    peers = bench_module("peers")
+    python = tmp_path / "venvs" / "bergson" / "bin" / "python"  # a peer venv whose run fails after an error line
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\necho "$@"\necho "MemoryError: the second run"\nexit 3\n')
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "blame_ekfac_wanted.npy").write_bytes(b"scored before")
+    (out / "log.txt").write_text("ValueError: the interrupted run\n")
+    args = argparse.Namespace(rerun=True, collect=False, resume=True, venvs=tmp_path / "venvs", nice=0, max_queries=0,
+                              fit_rows=64, threads=1, timeout=60)
+    resumed = peers.run_peer("bergson", tmp_path / "data", out, args)
+    assert resumed["command"].endswith("--fit-rows 64 --resume")
+    assert resumed["error"] == "MemoryError: the second run"  # this run's error, not the earlier one's
+    assert (out / "blame_ekfac_wanted.npy").read_bytes() == b"scored before"
+    assert (out / "log.txt").read_text().startswith("ValueError: the interrupted run\n")
+    args.resume = False
+    fresh = peers.run_peer("bergson", tmp_path / "data", out, args)
+    assert not fresh["command"].endswith("--resume") and not (out / "blame_ekfac_wanted.npy").exists()
+    assert "the interrupted run" not in (out / "log.txt").read_text()
 
 
 @pytest.mark.slow
