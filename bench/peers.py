@@ -11,7 +11,7 @@ and reads only plain files that this driver writes per case under ``--work``:
   data/meta.json              the base model dir, the adapter dir, the pad id, the item ids
 
 A peer writes ``blame_<variant>.npy`` (one float per training row, higher = more blamed) and ``result.json``
-(variants, seconds per stage, notes); a peer that fails writes ``error.txt``. Blame is the negated influence on
+(variants, the variants it could not run and why, seconds per stage, notes); a peer that fails writes ``error.txt``. Blame is the negated influence on
 the wanted answer's loss: training on a blamed row raised the loss of what the user wanted. The contrast variant
 is the influence on loss(wanted) - loss(fine-tuned answer) per item (bergson's ``query.contrast``), averaged over
 items. This driver scores each blame vector as every benchmark does (``gradian.evaluation.ground_truth``)
@@ -199,6 +199,9 @@ def score_case(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
             entry["variants"][variant] = metrics
             print(f"  {peer} {variant}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                                       for k, v in metrics.items()), flush=True)
+        for variant, reason in (result.get("failed_variants") or {}).items():
+            entry["variants"][variant] = {"error": reason}
+            print(f"  {peer} {variant}: {reason}", flush=True)
         case["peers"][peer] = entry
     return case
 
@@ -209,7 +212,7 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
         if metrics is None:
             return "-"
         if "error" in metrics:
-            return f"failed: {metrics['error']}"
+            return metrics["error"] if metrics["error"].startswith("not run") else f"failed: {metrics['error']}"
         cluster = f" / #{metrics['cluster_rank']}" if "cluster_rank" in metrics else " / -"
         return f"{metrics['recall_at_k']:.2f} / {metrics['auprc']:.2f}{cluster}"
 

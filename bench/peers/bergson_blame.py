@@ -123,12 +123,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     has = np.array(case["has_generated"], dtype=bool)
     generated_rows = [g for g, h in zip(case["generated"], has, strict=True) if h]
     variants: list[str] = []
+    failed: dict[str, str] = {}
     grads: dict[str, Any] = {}
+    index_bytes = (index_path / "gradients.bin").stat().st_size
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for name, kwargs in (("ekfac", {"hessian_path": str(hessian_path), "ev_correction": True}),
                          ("cosine", {"unit_norm": True})):
-        done = [f"{name}_{query}" for query in ("wanted", "contrast") if (out / f"blame_{name}_{query}.npy").exists()]
-        if args.resume and len(done) == (2 if generated_rows else 1):
+        queries = ["wanted", "contrast"] if generated_rows else ["wanted"]
+        done = [f"{name}_{query}" for query in queries if (out / f"blame_{name}_{query}.npy").exists()]
+        if args.resume and len(done) == len(queries):
             variants += done
+            continue
+        if name == "cosine" and 2 * index_bytes > memory:
+            # unit_norm keeps a normalized copy of the index in memory while it reads each module's column slice of
+            # the row-major index file; without room for the file's pages too, every slice re-reads it from disk
+            failed.update({f"cosine_{query}": f"not run: bergson's unit_norm query needs about twice the "
+                                              f"{index_bytes / 2**30:.1f} GiB index in memory, {memory / 2**30:.1f} "
+                                              "GiB here" for query in queries})
             continue
         attributor = stages.run(f"load attributor ({name})", lambda kw=kwargs: Attributor(str(index_path), **kw))
         if not grads:
@@ -149,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         del attributor
     if not args.keep_index:
         shutil.rmtree(index_path, ignore_errors=True)
-    return {"variants": variants, "seconds": stages.seconds,
+    return {"variants": variants, "failed_variants": failed, "seconds": stages.seconds,
             "queries": {"wanted": len(case["wanted"]), "contrast": int(has.sum())},
             "config": {"index": "projection_dim 0, fp32, summed token loss", "hessian": "kfac + ev_correction (EK-FAC), "
                        "sampled labels", "inversion": "damped_inverse, damping 0.1 x mean eigenvalue (its default)",
