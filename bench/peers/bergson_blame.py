@@ -12,7 +12,8 @@ over items. Variants: ekfac_wanted, ekfac_contrast (Hessian, no unit norm: bergs
 ../shared/METHODS.md) and cosine_wanted, cosine_contrast (``unit_norm=True`` without a Hessian: its default query
 path). The adapter dir is copied next to the outputs with base_model_name_or_path pointing at the local base model
 (the case's adapter names a Gradian alias that bergson cannot resolve). The index is deleted at the end (~4 GB)
-unless ``--keep-index``; ``--resume`` reuses a finished index and Hessian and the variants already scored.
+unless ``--keep-index``; ``--resume`` reuses a finished index and Hessian and the variants already scored. The
+cosine variants are skipped where the index needs more than half the machine's memory (``failed_variants`` says so).
 """
 
 from __future__ import annotations
@@ -125,11 +126,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     variants: list[str] = []
     failed: dict[str, str] = {}
     grads: dict[str, Any] = {}
+    queries = ["wanted", "contrast"] if generated_rows else ["wanted"]
     index_bytes = (index_path / "gradients.bin").stat().st_size
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for name, kwargs in (("ekfac", {"hessian_path": str(hessian_path), "ev_correction": True}),
                          ("cosine", {"unit_norm": True})):
-        queries = ["wanted", "contrast"] if generated_rows else ["wanted"]
         done = [f"{name}_{query}" for query in queries if (out / f"blame_{name}_{query}.npy").exists()]
         if args.resume and len(done) == len(queries):
             variants += done
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "notes": ([f"EK-FAC fitted on the first {fit} of {len(case['train'])} training rows (--fit-rows)"]
                       if fit else []) + ([f"resumed: {', '.join(sorted(p.name for p in reuse))} and the variants "
                                           "scored before were reused, so their seconds are not in this run's"]
-                                         if args.resume else [])}
+                                         if reuse else [])}
 
 
 if __name__ == "__main__":
