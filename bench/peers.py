@@ -11,12 +11,11 @@ and reads only plain files that this driver writes per case under ``--work``:
   data/meta.json              the base model dir, the adapter dir, the pad id, the item ids
 
 A peer writes ``blame_<variant>.npy`` (one float per training row, higher = more blamed) and ``result.json``
-(variants, the variants it could not run and why, seconds per stage, notes); a peer that fails writes ``error.txt``.
-Blame is the negated influence on the wanted answer's loss: training on a blamed row raised the loss of what the
-user wanted. The contrast variant
-is the influence on loss(wanted) - loss(fine-tuned answer) per item (bergson's ``query.contrast``), averaged over
-items. This driver scores each blame vector as every benchmark does (``gradian.evaluation.ground_truth``)
-and writes bench/results/peers.json and .md, failures included.
+(variants, the variants it could not run and why, seconds per stage, notes); a peer that fails writes
+``error.txt``. Blame is the negated influence on the wanted answer's loss: training on a blamed row raised the loss
+of what the user wanted. The contrast variant is the influence on loss(wanted) - loss(fine-tuned answer) per item
+(bergson's ``query.contrast``), averaged over items. This driver scores each blame vector as every benchmark does
+(``gradian.evaluation.ground_truth``) and writes bench/results/peers.json and .md, failures included.
 
     .venv/bin/python bench/peers.py --cases /work/bench-cases fact-0 fact-1 format-0 format-1 span-0
     .venv/bin/python bench/peers.py --cases /work/bench-cases fact-0 --fit-rows 64    # factors from 64 rows
