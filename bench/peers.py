@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="OMP/MKL threads of a peer (1: two threads spin against each other on busy shared cores)")
     parser.add_argument("--rerun", action="store_true", help="run peers again that finished a case earlier")
     parser.add_argument("--resume", action="store_true",
-                        help="let a peer reuse what its interrupted run saved (an index, factors, scored variants)")
+                        help="let a peer reuse what its interrupted run, with the same arguments, saved (an index, factors, scored variants)")
     parser.add_argument("--collect", action="store_true",
                         help="run nothing: table the finished peer runs, the rest as not run")
     parser.add_argument("--note", action="append", default=[], help="a line for the notes (repeatable)")
