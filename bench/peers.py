@@ -116,7 +116,7 @@ def truth(prepared: dict[str, Any]) -> GroundTruth:
 
 
 def first_error_line(out: Path, log: Path, code: int, start: int = 0) -> str:
-    """The peer's own error line (error.txt), else the last exception line of its log from ``start``, else how it ended."""
+    """The peer's own error line (error.txt), else its log's last exception line after ``start``, else how it ended."""
     if (out / "error.txt").is_file():
         return (out / "error.txt").read_text(encoding="utf-8").strip().splitlines()[0][:300]
     text = log.read_bytes()[start:].decode("utf-8", errors="replace")
@@ -206,13 +206,18 @@ def score_case(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     return case
 
 
+def error_cell(error: str) -> str:
+    """A table cell for what a peer or one of its variants could not do: a skip as it is, anything else as failed."""
+    return error if error.startswith("not run") else f"failed: {error}"
+
+
 def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str:
     """One table: case x peer variant, recall@k / AUPRC / planted-cluster rank, failures named; then timings."""
     def cell(metrics: dict[str, Any] | None) -> str:
         if metrics is None:
             return "-"
         if "error" in metrics:
-            return metrics["error"] if metrics["error"].startswith("not run") else f"failed: {metrics['error']}"
+            return error_cell(metrics["error"])
         cluster = f" / #{metrics['cluster_rank']}" if "cluster_rank" in metrics else " / -"
         return f"{metrics['recall_at_k']:.2f} / {metrics['auprc']:.2f}{cluster}"
 
@@ -234,7 +239,7 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
             if entry is None:
                 cells.append("-")
             elif entry.get("error") and not entry["variants"]:
-                cells.append(entry["error"] if entry["error"] == NOT_RUN else f"failed: {entry['error']}")
+                cells.append(error_cell(entry["error"]))
             else:
                 metrics = entry["variants"].get(variant)
                 cells.append(cell(metrics))
@@ -324,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="OMP/MKL threads of a peer (1: two threads spin against each other on busy shared cores)")
     parser.add_argument("--rerun", action="store_true", help="run peers again that finished a case earlier")
     parser.add_argument("--resume", action="store_true",
-                        help="let a peer reuse what its interrupted run, with the same arguments, saved (an index, factors, scored variants)")
+                        help="let a peer reuse what its interrupted run with the same arguments saved (an index, "
+                             "factors, scored variants)")
     parser.add_argument("--collect", action="store_true",
                         help="run nothing: table the finished peer runs, the rest as not run")
     parser.add_argument("--note", action="append", default=[], help="a line for the notes (repeatable)")
