@@ -66,9 +66,24 @@ def verify_summary(directory: Path) -> dict[str, Any] | None:
     # From the per-item scores every verify.json holds, so a verify run before verify counted them counts too.
     controls = {row["name"]: column(row["name"]) for row in result["models"] if row["role"] == "control"}
     by_item = item_recovery(column("id"), column("base"), column("full"), column("dropped"), controls)
-    return {"dropped": result["drop"]["cluster"] or f"{result['drop']['size']} examples",
-            "recovered": rows["dropped"].get("fraction"), "random": rows.get("control", {}).get("fraction"),
-            "confirmed": result["verdict"]["confirmed"], "stuck": f"{len(by_item.stuck)} of {len(by_item.regressed)}"}
+    summary = {"dropped": result["drop"]["cluster"] or f"{result['drop']['size']} examples",
+               "recovered": rows["dropped"].get("fraction"), "random": rows.get("control", {}).get("fraction"),
+               "confirmed": result["verdict"]["confirmed"], "stuck": f"{len(by_item.stuck)} of {len(by_item.regressed)}"}
+    pooled = result.get("accused_causes")
+    if "accused_causes" not in result:  # a verify run before it measured causes: the same figure from its items
+        from gradian.counterfactual.summary import causes_recovery
+        from gradian.report.reader import read_report
+
+        ev = result["evaluation"]
+        _, pooled = causes_recovery(read_report(directory / "report").causes, result["drop"]["clusters"],
+                                    column("id"), column("base"), column("full"), column("dropped"), controls,
+                                    {"samples": ev["bootstrap_samples"], "confidence": ev["confidence"],
+                                     "seed": ev["seed"]})
+    if pooled:
+        first_control = next(iter(pooled["controls"].values()), {})
+        summary["causes"] = {"items": len(pooled["items"]), "recovered": pooled["fraction"],
+                             "random": first_control.get("fraction")}
+    return summary
 
 
 def score_case(directory: Path) -> dict[str, Any]:
@@ -209,7 +224,12 @@ def _verify(row: dict[str, Any]) -> str:
     verdict = "confirmed" if verify["confirmed"] else "not confirmed"
     if verify.get("stuck"):
         verdict += f"; {verify['stuck']} regressed items stuck in every retrain"
-    return f"{_share(verify['recovered'])} vs {_share(verify['random'])} random ({verdict})"
+    text = f"{_share(verify['recovered'])} vs {_share(verify['random'])} random ({verdict})"
+    causes = verify.get("causes")
+    if causes:
+        text += (f"; on the {causes['items']} items of the accused causes {_share(causes['recovered'])} vs "
+                 f"{_share(causes['random'])}")
+    return text
 
 
 def _ranking(case: dict[str, Any]) -> str:
@@ -226,7 +246,8 @@ def _verify_met(verify: dict[str, Any]) -> bool:
 def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
     """Per kind, over the held-out seeds only: mean and worst recall@k, verdicts right, span top-1, verify."""
     lines = ["| kind (held-out seeds) | cases | mean recall@k (goal >= 0.9) | worst (goal >= 0.75) | verdict right "
-             "| span top-1 (goal >= 90%) | verify met (>= 80% accused, < 20% random) |", "|---|---|---|---|---|---|---|"]
+             "| span top-1 (goal >= 90%) | verify met (>= 80% accused, < 20% random) "
+             "| the same on the accused causes' items |", "|---|---|---|---|---|---|---|---|"]
     held_out = [c for c in cases if c["held_out"]]
     mixed = len({_ranking(c) for c in held_out}) > 1  # rows not yet rebuilt since the ranking changed: apart
     for kind, ranking in sorted({(c["kind"], _ranking(c) if mixed else "") for c in held_out}):
@@ -236,16 +257,19 @@ def goal_rows(cases: list[dict[str, Any]]) -> list[str]:
         right = [c["verdict_right"] for c in rows if c["verdict_right"] is not None]
         hits, checked = sum(c["span_hits"] for c in rows), sum(c["span_checked"] for c in rows)
         verified = [c["verify"] for c in rows if c.get("verify")]
+        by_cause = [v["causes"] for v in verified if v.get("causes")]
+        on_causes = f"{sum(_verify_met(v) for v in by_cause)}/{len(by_cause)}" if by_cause else "-"
         if not verified:
             checks = "-"
         elif all(not c["planted_clusters"] and "recall_at_k" not in c for c in rows):
             # a control, nothing planted: verify should refute what was accused (a span case plants sentences)
             checks = f"{sum(not v['confirmed'] for v in verified)}/{len(verified)} false accusations refuted"
+            on_causes = "-"
         else:
             checks = f"{sum(_verify_met(v) for v in verified)}/{len(verified)}"
         lines.append(f"| {kind} | {len(rows)} | {_number(np.mean(recalls)) if recalls else '-'} | "
                      f"{_number(min(recalls)) if recalls else '-'} | {sum(right)}/{len(right)} | "
-                     f"{f'{hits}/{checked} ({hits / checked:.0%})' if checked else '-'} | {checks} |")
+                     f"{f'{hits}/{checked} ({hits / checked:.0%})' if checked else '-'} | {checks} | {on_causes} |")
     return lines
 
 

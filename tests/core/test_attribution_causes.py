@@ -254,7 +254,11 @@ def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     files = write_report(report, tmp_path, scores=lead.scores, clusters=lead.clusters, draw_plots=False,
                          cause_blame=[cause.scores.blame for cause in split.causes],
                          overall_blame=split.overall_blame())
-    assert read_report(tmp_path).accused_names == tuple(each)
+    read = read_report(tmp_path)
+    assert read.accused_names == tuple(each)
+    # verify measures each cause on its own items, so the reader hands them on
+    assert [(c.number, c.items, c.accused_clusters) for c in read.causes] == [
+        (c["cause"], tuple(c["items"]), tuple(c["accused_clusters"])) for c in causes]
     with (tmp_path / "scores.csv").open(newline="") as handle:  # every cause's ranking is saved, not only cause 1's
         rows = sorted(csv.DictReader(handle), key=lambda row: int(row["position"]))
     for number, cause in enumerate(split.causes, start=1):

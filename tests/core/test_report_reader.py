@@ -62,6 +62,7 @@ def test_an_attributed_report_reads_back_with_the_values_the_writer_wrote(writte
     assert report.provenance.inputs == IndexedInputs(
         dataset_sha256=provenance["manifest"]["sources"]["dataset_file_sha256"])
     assert report.directory == written and report.document == document
+    assert report.causes == () and document.get("causes") is None  # causes are not looked for without query gradients
 
 
 def test_a_refusal_reads_back_with_nothing_blamed(tmp_path):
@@ -136,6 +137,8 @@ def _drop(*path):
     (_set(["capability", "items"], {}), "report.json: capability.items is an object, expected an array"),
     (_set(["verdict", "accused_clusters"], ["planted", 3]),
      "report.json: verdict.accused_clusters[1] is a number, expected a string"),
+    (_set(["causes"], [{"cause": 1, "items": ["ex-1"], "accused_clusters": [3]}]),
+     "report.json: causes[0].accused_clusters[0] is a number, expected a string"),
 ])
 def test_a_malformed_report_is_one_error_naming_the_field(written, tmp_path, capsys, change, needle):
     document = _document(written)

@@ -125,3 +125,27 @@ def test_regressed_items_are_sorted_into_back_without_the_drop_and_stuck_under_e
     assert by_item.back == ["a"]
     assert by_item.stuck == ["c"]  # only c stays at the full model's score in every retrain
     assert item_recovery(ids, base, full, dropped, {}).stuck == ["b", "c"]  # with no controls, the drop alone
+
+
+def test_each_cause_is_measured_on_its_own_items_and_the_dropped_causes_pooled():
+    from gradian.counterfactual.summary import causes_recovery
+    from gradian.report.reader import CauseRow
+
+    ids = ["a", "b", "c", "d", "e", "f"]
+    base, full = [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1]
+    dropped = [1, 1, 0, 0, 1, 0]  # cause 1's items back, cause 2's not, f (held up) slipped
+    controls = {"control-1": [0, 1, 0, 1, 1, 1]}
+    causes = (CauseRow(1, ("a", "b"), ("planted",)), CauseRow(2, ("c", "d"), ()),
+              CauseRow(3, ("zz",), ("other",)))  # cause 3's item is not in this eval set
+    boot = {"samples": 200, "confidence": 0.95, "seed": 0}
+    rows, pooled = causes_recovery(causes, ("planted",), ids, base, full, dropped, controls, boot)
+    assert recovered_fraction(base, full, dropped) == pytest.approx(0.25)  # the overall figure mixes both causes
+    assert [row["cause"] for row in rows] == [1, 2]
+    one, two = rows
+    assert one["in_drop"] and one["fraction"] == pytest.approx(1.0) and one["lost"] == pytest.approx(1.0)
+    assert one["controls"]["control-1"]["fraction"] == pytest.approx(0.5)
+    assert not two["in_drop"] and two["fraction"] == pytest.approx(0.0)
+    assert pooled["causes"] == [1] and pooled["items"] == ["a", "b"] and pooled["fraction"] == pytest.approx(1.0)
+    _, not_dropped = causes_recovery(causes, ("other",), ids, base, full, dropped, controls, boot)
+    assert not_dropped is None  # cause 3 accuses `other`, but none of its items is scored here
+    assert causes_recovery((), ("planted",), ids, base, full, dropped, controls, boot) == (None, None)

@@ -195,10 +195,14 @@ def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_
     clean = {"kind": "clean", "held_out": True, "planted_clusters": [], "verdict_right": True, "span_hits": 0,
              "span_checked": 0, "verify": not_confirmed}
     rows = {line.split(" | ")[0].strip("| "): line for line in table.goal_rows([span, clean])[2:]}
-    assert rows["span"].endswith("| 0/1 |") and rows["clean"].endswith("| 1/1 false accusations refuted |")
+    assert rows["span"].endswith("| 0/1 | - |") and rows["clean"].endswith("| 1/1 false accusations refuted | - |")
     assert table._verify(span) == "50% vs 30% random (not confirmed)"  # a row carried from a results file written before the count
     stuck = {**span, "verify": {**not_confirmed, "stuck": "5 of 12"}}
     assert table._verify(stuck) == "50% vs 30% random (not confirmed; 5 of 12 regressed items stuck in every retrain)"
+    # what the accused causes' own items got back is a column of its own, held to the same goal
+    on_causes = {**span, "verify": {**not_confirmed, "causes": {"items": 4, "recovered": 0.85, "random": 0.1}}}
+    assert table._verify(on_causes).endswith("; on the 4 items of the accused causes 85% vs 10%")
+    assert table.goal_rows([on_causes])[2].endswith("| 0/1 | 1/1 |")
 
 
 def test_the_base_point_table_mixes_the_cases_own_points_and_rescores_from_what_it_saved(cases, tiny_base_dir,

@@ -55,6 +55,13 @@ def test_dropping_the_accused_cluster_recovers_more_than_a_random_control(report
     assert "no retrain gave back" not in (tmp_path / "verify" / "verify.md").read_text()  # none stuck here
     goal_table = bench_module("goal_table")  # the benchmark counts the same items from the per-item scores
     assert goal_table.verify_summary(tmp_path)["stuck"] == f"{len(by_item['stuck'])} of {by_item['count']}"
+    pooled = result["accused_causes"]  # cause 1 accuses the injected cluster, which is what was dropped
+    assert 1 in pooled["causes"] and set(pooled["items"]) <= set(items) and result["causes"][0]["in_drop"]
+    lost = sum(items[i]["base"] - items[i]["full"] for i in pooled["items"])
+    assert pooled["fraction"] == pytest.approx(sum(items[i]["dropped"] - items[i]["full"] for i in pooled["items"]) / lost)
+    assert f"On the {len(pooled['items'])} items of cause 1, which the report attributes to what was dropped" in out
+    assert "## Per cause" in (tmp_path / "verify" / "verify.md").read_text()
+    assert goal_table.verify_summary(tmp_path)["causes"]["recovered"] == pytest.approx(pooled["fraction"])
     first = next(iter(items))
     stuck = verify_markdown({**result, "regressed_items": {**by_item, "stuck": [first]}})
     assert "## Regressed items no retrain gave back\n\nEach scores" in stuck and f"- {first}: wanted" in stuck

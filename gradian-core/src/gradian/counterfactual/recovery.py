@@ -9,7 +9,7 @@ items (the same resampled items for the numerator and the denominator, so their 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +120,34 @@ def item_recovery(ids: Sequence[str], base: Sequence[float], full: Sequence[floa
         return [item for item, chosen in zip(ids, mask, strict=True) if chosen]
 
     return ItemRecovery(regressed=pick(regressed), back=pick(regressed & (d >= b)), stuck=pick(regressed & unmoved))
+
+
+@dataclass(frozen=True)
+class SubsetRecovery:
+    """The recovery of the dropped model and of each control on a subset of the eval items (one cause's)."""
+
+    items: tuple[str, ...]  # the subset's ids, in eval order
+    dropped: Recovery
+    controls: dict[str, Recovery]
+
+
+def subset_recovery(ids: Sequence[str], subset: Collection[str], base: Sequence[float], full: Sequence[float],
+                    dropped: Sequence[float], controls: Mapping[str, Sequence[float]], *, samples: int = 10_000,
+                    confidence: float = 0.95, seed: int = 0) -> SubsetRecovery | None:
+    """``recovery`` over the items in ``subset`` only, for the drop and each control; None when none is in ``ids``."""
+    keep = [position for position, item in enumerate(ids) if item in subset]
+    if not keep:
+        return None
+
+    def on_subset(column: Sequence[float]) -> list[float]:
+        return [column[position] for position in keep]
+
+    def recover(column: Sequence[float]) -> Recovery:
+        return recovery(on_subset(base), on_subset(full), on_subset(column), samples=samples, confidence=confidence,
+                        seed=seed)
+
+    return SubsetRecovery(items=tuple(ids[position] for position in keep), dropped=recover(dropped),
+                          controls={name: recover(column) for name, column in controls.items()})
 
 
 def _arrays(*columns: Sequence[float]) -> list[np.ndarray]:

@@ -6,16 +6,17 @@ JSON keeps a fixed key order and refuses NaN; each file is written atomically (t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradian.atomic_files import write_atomic
-from gradian.counterfactual.recovery import Recovery, item_recovery, margin, recovery
+from gradian.counterfactual.recovery import Recovery, item_recovery, margin, recovery, subset_recovery
 from gradian.counterfactual.retrain import TrainedModel
 from gradian.evaluation.capability import CapabilityResult
+from gradian.report.reader import CauseRow
 
 if TYPE_CHECKING:
     from gradian.counterfactual.verify import VerifyPlan  # verify imports this module
@@ -61,8 +62,11 @@ def verify_result(plan: VerifyPlan, trained: Mapping[str, TrainedModel], evaluat
     lost = sum(b - f for b, f in zip(base, full, strict=True)) / len(base)
     dropped_row = next(row for row in models if row["role"] == "dropped")
     confirmed = bool(lost > 0 and dropped_row["recovered_low"] > 0 and all(c["significant"] for c in comparisons))
-    by_item = item_recovery([item.id for item in full_eval.items], base, full, scores["dropped"],
-                            {name: scores[name] for name in names if name != "dropped"})
+    ids = [item.id for item in full_eval.items]
+    control_scores = {name: scores[name] for name in names if name != "dropped"}
+    by_item = item_recovery(ids, base, full, scores["dropped"], control_scores)
+    causes, accused_causes = causes_recovery(plan.causes, plan.drop.clusters, ids, base, full, scores["dropped"],
+                                             control_scores, boot)
     items = []
     for position, item in enumerate(full_eval.items):
         row = {"id": item.id, "prompt": item.prompt, "wanted": item.wanted, "base": base[position],
@@ -93,6 +97,8 @@ def verify_result(plan: VerifyPlan, trained: Mapping[str, TrainedModel], evaluat
         "models": models,
         "comparisons": comparisons,
         "regressed_items": {"count": len(by_item.regressed), "back": by_item.back, "stuck": by_item.stuck},
+        "causes": causes,
+        "accused_causes": accused_causes,
         "items": items,
         "config": plan.config.to_dict(),
         "command": command,
@@ -111,11 +117,52 @@ def _model_row(name: str, role: str, model: TrainedModel | None, plan: VerifyPla
         number = int(name.rsplit("-", 1)[1])
         row["drop_ids"] = list(plan.controls[number - 1])
     if rec is not None:
-        row.update({"recovered": rec.recovered, "recovered_low": rec.recovered_low, "recovered_high": rec.recovered_high,
-                    "fraction": rec.fraction, "fraction_low": rec.fraction_low, "fraction_high": rec.fraction_high,
-                    "fraction_resamples": rec.fraction_resamples})
+        row.update(_recovery_fields(rec))
     row["training"] = model.to_dict() if model is not None else None
     return row
+
+
+def _recovery_fields(rec: Recovery) -> dict[str, Any]:
+    return {"recovered": rec.recovered, "recovered_low": rec.recovered_low, "recovered_high": rec.recovered_high,
+            "fraction": rec.fraction, "fraction_low": rec.fraction_low, "fraction_high": rec.fraction_high,
+            "fraction_resamples": rec.fraction_resamples}
+
+
+def _subset_fields(ids: Sequence[str], subset: set[str], base: Sequence[float], full: Sequence[float],
+                   dropped: Sequence[float], controls: Mapping[str, Sequence[float]],
+                   boot: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The drop's and each control's recovery on ``subset`` of the eval items (None when none of them is here)."""
+    on = subset_recovery(ids, subset, base, full, dropped, controls, **boot)
+    if on is None:
+        return None
+    return {"items": list(on.items), "lost": on.dropped.lost, **_recovery_fields(on.dropped),
+            "controls": {name: _recovery_fields(rec) for name, rec in on.controls.items()}}
+
+
+def causes_recovery(causes: Sequence[CauseRow], dropped_clusters: Collection[str], ids: Sequence[str],
+                    base: Sequence[float], full: Sequence[float], dropped: Sequence[float],
+                    controls: Mapping[str, Sequence[float]], boot: Mapping[str, Any],
+                    ) -> tuple[list[dict[str, Any]] | None, dict[str, Any] | None]:
+    """Per cause of a report, what each retrain gave back of its items' loss; and the same over every dropped cause."""
+    # The overall fraction mixes what an accusation claims with items no cluster was accused of; a cause's own
+    # items are what dropping its accused clusters should give back, so verify measures that too.
+    if not causes:
+        return None, None
+    rows = []
+    for cause in causes:
+        fields = _subset_fields(ids, set(cause.items), base, full, dropped, controls, boot)
+        if fields is None:
+            continue  # an eval set other than the report's: none of this cause's items is scored here
+        in_drop = bool(cause.accused_clusters) and set(cause.accused_clusters) <= set(dropped_clusters)
+        rows.append({"cause": cause.number, "accused_clusters": list(cause.accused_clusters), "in_drop": in_drop,
+                     **fields})
+    accused = [row for row in rows if row["in_drop"]]
+    if not accused:
+        return rows, None
+    items = {item for row in accused for item in row["items"]}
+    pooled = {"causes": [row["cause"] for row in accused],
+              **(_subset_fields(ids, items, base, full, dropped, controls, boot) or {})}
+    return rows, pooled
 
 
 def _full_model_why(plan: VerifyPlan) -> str:
@@ -153,6 +200,7 @@ def _verify_verdict(result: Mapping[str, Any]) -> tuple[str, str]:
         summary += (f" Accused minus {comparison['control']}: {comparison['delta']:+.4g} "
                     f"[{comparison['low']:+.4g}, {comparison['high']:+.4g}].")
     summary += _items_text(result.get("regressed_items"), what)
+    summary += _accused_causes_text(result.get("accused_causes"), controls, level)
     summary += (" Confirmed: the drop recovered significantly more than nothing and than every control."
                 if result["verdict"]["confirmed"] else
                 " Not confirmed: the recovery is not significantly above zero or above every control.")
@@ -170,6 +218,20 @@ def _items_text(by_item: Mapping[str, Any] | None, what: str) -> str:
     return text + (f"; {len(by_item['stuck'])} stayed at or under the full model's score in every retrained model: "
                    "what regresses those is shared by every retrain (the training settings, or rows no drop "
                    "removed), and it caps the fraction this drop can recover.")
+
+
+def _accused_causes_text(pooled: Mapping[str, Any] | None, controls: Sequence[Mapping[str, Any]], level: str) -> str:
+    """The recovery on the items of the causes whose clusters were dropped; '' when there are none (or older files)."""
+    if not pooled or not pooled.get("items"):
+        return ""
+    numbers = pooled["causes"]
+    which = f"cause {numbers[0]}" if len(numbers) == 1 else "causes " + ", ".join(str(n) for n in numbers)
+    text = (f" On the {len(pooled['items'])} items of {which}, which the report attributes to what was dropped, "
+            f"the drop gave back {_fraction_text(pooled, level)}")
+    if controls:
+        text += "; random drops " + ", ".join(_fraction_text(pooled["controls"][row["name"]], level)
+                                              for row in controls)
+    return text + "."
 
 
 def _fraction_text(row: Mapping[str, Any], level: str) -> str:
@@ -197,11 +259,7 @@ def verify_markdown(result: Mapping[str, Any]) -> str:
         dropped = training.get("dropped", 0) if row["role"] != "full" else 0
         recovered = (f"{row['recovered']:+.4g} [{row['recovered_low']:+.4g}, {row['recovered_high']:+.4g}]"
                      if "recovered" in row else "")
-        fraction = ""
-        if row.get("fraction") is not None:
-            fraction = f"{row['fraction']:.0%}"
-            if row.get("fraction_low") is not None:
-                fraction += f" [{row['fraction_low']:.0%}, {row['fraction_high']:.0%}]"
+        fraction = _bracketed(row)
         loss = training.get("final_loss")
         label = row["name"] + (f" ({row['source']})" if row["role"] == "full" else "")
         lines.append(f"| {label} | {dropped} | {row['mean']:.4g} | {recovered} | {fraction} | "
@@ -218,6 +276,8 @@ def verify_markdown(result: Mapping[str, Any]) -> str:
                   "Each scores at or under the full model in every retrained model (the accused drop and each "
                   "control): what regresses them is not in the drop set alone.", ""]
         lines += [f"- {item}: wanted {_cell(wanted[item])}" for item in stuck]
+    lines += _causes_lines(result.get("causes"), names=[row["name"] for row in result["models"]
+                                                        if row["role"] == "control"])
     drop = result["drop"]
     lines += ["", "## What was dropped", "", f"- {drop['origin']}: {drop['size']} examples",
               f"- controls: {result['controls']['count']} ({result['controls']['how']}; seed {result['controls']['seed']})",
@@ -238,6 +298,34 @@ def verify_markdown(result: Mapping[str, Any]) -> str:
         lines.append(f"| {item['id']} | {_cell(item['wanted'])} | {item['base']:.3g} | {item['full']:.3g} | "
                      + " | ".join(f"{item[name]:.3g}" for name in names) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _causes_lines(causes: Sequence[Mapping[str, Any]] | None, names: Sequence[str]) -> list[str]:
+    """verify.md's per-cause table: each of the report's causes and the share of its items' loss each retrain gave back."""
+    if not causes:
+        return []
+    lines = ["", "## Per cause", "",
+             "The report split the regressed items into causes by their query gradients. Per cause, the fraction of "
+             "its own items' lost capability that each retrained model gave back: dropping a cause's accused "
+             "clusters should give back that cause's items. A cause of a few items has an interval that says little.", "",
+             "| cause | items | accused | dropped here | lost | without the drop set | " + " | ".join(names) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(names)]
+    for cause in causes:
+        accused = ", ".join(f"`{name}`" for name in cause["accused_clusters"]) or "nothing"
+        lines.append(f"| {cause['cause']} | {len(cause['items'])} | {accused} | {'yes' if cause['in_drop'] else 'no'} | "
+                     f"{cause['lost']:.4g} | {_bracketed(cause)} | "
+                     + " | ".join(_bracketed(cause["controls"][name]) for name in names) + " |")
+    return lines
+
+
+def _bracketed(row: Mapping[str, Any]) -> str:
+    """A fraction with its interval in brackets, as the models table shows it ('' when undefined)."""
+    if row.get("fraction") is None:
+        return ""
+    text = f"{row['fraction']:.0%}"
+    if row.get("fraction_low") is not None:
+        text += f" [{row['fraction_low']:.0%}, {row['fraction_high']:.0%}]"
+    return text
 
 
 def write_verify(result: Mapping[str, Any], out: Path) -> tuple[Path, Path]:

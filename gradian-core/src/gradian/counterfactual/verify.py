@@ -35,6 +35,7 @@ from gradian.report.drop_set import (
     file_drop_set,
     report_inputs,
 )
+from gradian.report.reader import CauseRow
 from gradian.training.output import RUN_DIR
 
 VERIFY_SCHEMA = "gradian.verify/1"
@@ -64,6 +65,7 @@ class VerifyPlan:
     out: Path
     backend: str = "hf"
     report_dir: Path | None = None
+    causes: tuple[CauseRow, ...] = ()  # the report's split of the regressed items, measured per cause
     trust_remote_code: bool = False
     placement: Placement = Placement("cpu", "float32")  # where every model is trained and evaluated
 
@@ -129,6 +131,7 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
                       config_sources=sources, drop=drop, controls=control_sets(examples.ids, drop.ids, controls, seed=seed),
                       control_seed=seed, n_examples=len(examples), out=Path(out), backend=backend,
                       report_dir=Path(report_dir) if report_dir is not None else None,
+                      causes=report.report.causes if report is not None else (),
                       trust_remote_code=trust_remote_code, placement=placement)
 
 

@@ -124,6 +124,15 @@ class DrillRow:
 
 
 @dataclass(frozen=True)
+class CauseRow:
+    """One group of regressed eval items and the clusters the report accuses of causing it (none: no data cause)."""
+
+    number: int
+    items: tuple[str, ...]  # eval item ids
+    accused_clusters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class IndexedInputs:
     """What the index manifest says was indexed: base model, adapter, dataset and the dataset file's sha256."""
 
@@ -153,6 +162,7 @@ class Report:
     clusters: tuple[ClusterRow, ...] = ()  # strongest first; empty when the report has no clusters
     cluster_method: ClusterMethod | None = None
     spans: tuple[DrillRow, ...] = ()
+    causes: tuple[CauseRow, ...] = ()  # empty when the report did not split the regressed items into causes
     provenance: ReportProvenance = ReportProvenance()
     directory: Path | None = None  # where report.json was read from; None for a report built in memory
     # The document as read, for commands that print report.json whole; readers use the fields above.
@@ -207,6 +217,7 @@ def parse_report(document: Any, source: Path | str, *, directory: Path | None = 
         clusters=tuple(_cluster(row) for row in clusters.objects("ranked")) if clusters is not None else (),
         cluster_method=_cluster_method(method),
         spans=tuple(_drill(drill) for drill in root.objects("spans")),
+        causes=_causes(root),
         provenance=_provenance(root.object("provenance")),
         directory=directory,
         document=document,
@@ -262,6 +273,14 @@ def _drill(drill: JsonObject) -> DrillRow:
     return DrillRow(example_id=drill.text("example_id"), spans=tuple(
         SpanRow(text=span.text("text"), message_index=span.integer("message_index"), start=span.integer("start"),
                 end=span.integer("end"), blame=span.number("blame")) for span in drill.objects("spans")))
+
+
+def _causes(root: JsonObject) -> tuple[CauseRow, ...]:
+    # causes came within schema 1 and is null when attribute did not look for them.
+    if not root.has("causes") or root.value["causes"] is None:
+        return ()
+    return tuple(CauseRow(number=cause.integer("cause"), items=cause.texts("items"),
+                          accused_clusters=cause.texts("accused_clusters")) for cause in root.objects("causes"))
 
 
 def _provenance(provenance: JsonObject) -> ReportProvenance:
