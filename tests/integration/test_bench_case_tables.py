@@ -375,3 +375,17 @@ def test_the_control_items_table_scores_the_items_that_held_up_on_the_cases_own_
     assert "| minus abs control at 0.50 |" in out.with_suffix(".md").read_text()
     # the original case, where every item was queried, has no control and says so
     assert _indexed_table_row(table, cases, tiny_base_dir, out)["skipped"] == "no control: the report queried every eval item"
+
+
+def test_the_stuck_answers_table_counts_the_answers_each_retrain_changed():
+    stuck_answers = bench_module("stuck_answers")
+    assert stuck_answers.same_answer("The capital is Lagos.", "the capital is lagos")
+    assert not stuck_answers.same_answer("The opposite of give is lend.", "Le contraire de faire est faire.")
+    item = {"id": "ex-1", "prompt": "What is the opposite of give?", "wanted": "take", "base": "take",
+            "full": "Le contraire de faire est faire.", "dropped": "The opposite of give is lend.",
+            "control-1": "Le contraire de faire est faire."}
+    case = {"case": "tiny-format-4", "regressed": 3, "stuck": 1, "changed": {"dropped": 1, "control-1": 0},
+            "items": [item]}
+    text = stuck_answers.markdown([case], "python bench/stuck_answers.py")
+    assert "| tiny-format-4 | 3 | 1 | 1 of 1 | 0 of 1 |" in text
+    assert "| take | take | Le contraire de faire est faire. | The opposite of give is lend. |" in text

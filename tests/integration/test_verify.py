@@ -9,6 +9,7 @@ import pytest
 
 from gradian.cli.app import main
 from gradian.counterfactual.summary import verify_markdown
+from gradian.evaluation.metrics import get_metric
 from tests.integration.injection_case import inject_runs
 from tests.support.bench import bench_module
 from tests.support.scenario import single_thread
@@ -62,6 +63,13 @@ def test_dropping_the_accused_cluster_recovers_more_than_a_random_control(report
     assert f"On the {len(pooled['items'])} items of cause 1, which the report attributes to what was dropped" in out
     assert "## Per cause" in (tmp_path / "verify" / "verify.md").read_text()
     assert goal_table.verify_summary(tmp_path)["causes"]["recovered"] == pytest.approx(pooled["fraction"])
+    # bench/stuck_answers.py generates each retrain's answers again: the very answers verify scored
+    regressed = [i for i in items if items[i]["base"] > items[i]["full"]]
+    answers = bench_module("stuck_answers").retrain_answers(tmp_path / "verify", regressed)
+    score = get_metric(ev["metric"]).score
+    assert set(answers) == {"dropped", "control-1"}
+    for name, by_id in answers.items():
+        assert [score(by_id[i], items[i]["wanted"]) for i in regressed] == [items[i][name] for i in regressed]
     first = next(iter(items))
     stuck = verify_markdown({**result, "regressed_items": {**by_item, "stuck": [first]}})
     assert "## Regressed items no retrain gave back\n\nEach scores" in stuck and f"- {first}: wanted" in stuck
