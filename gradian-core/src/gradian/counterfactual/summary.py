@@ -234,12 +234,14 @@ def _accused_causes_text(pooled: Mapping[str, Any] | None, controls: Sequence[Ma
     return text + "."
 
 
-def _fraction_text(row: Mapping[str, Any], level: str) -> str:
+def _fraction_text(row: Mapping[str, Any], level: str | None = None) -> str:
+    """A recovered fraction with its interval: "84% (95% CI 71% to 97%)" for prose, "84% [71%, 97%]" for a table."""
     if row.get("fraction") is None:
-        return "an undefined fraction"
+        return "an undefined fraction" if level else ""
     text = f"{row['fraction']:.0%}"
     if row.get("fraction_low") is not None:
-        text += f" ({level} CI {row['fraction_low']:.0%} to {row['fraction_high']:.0%})"
+        low, high = f"{row['fraction_low']:.0%}", f"{row['fraction_high']:.0%}"
+        text += f" ({level} CI {low} to {high})" if level else f" [{low}, {high}]"
     return text
 
 
@@ -259,7 +261,7 @@ def verify_markdown(result: Mapping[str, Any]) -> str:
         dropped = training.get("dropped", 0) if row["role"] != "full" else 0
         recovered = (f"{row['recovered']:+.4g} [{row['recovered_low']:+.4g}, {row['recovered_high']:+.4g}]"
                      if "recovered" in row else "")
-        fraction = _bracketed(row)
+        fraction = _fraction_text(row)
         loss = training.get("final_loss")
         label = row["name"] + (f" ({row['source']})" if row["role"] == "full" else "")
         lines.append(f"| {label} | {dropped} | {row['mean']:.4g} | {recovered} | {fraction} | "
@@ -313,19 +315,9 @@ def _causes_lines(causes: Sequence[Mapping[str, Any]] | None, names: Sequence[st
     for cause in causes:
         accused = ", ".join(f"`{name}`" for name in cause["accused_clusters"]) or "nothing"
         lines.append(f"| {cause['cause']} | {len(cause['items'])} | {accused} | {'yes' if cause['in_drop'] else 'no'} | "
-                     f"{cause['lost']:.4g} | {_bracketed(cause)} | "
-                     + " | ".join(_bracketed(cause["controls"][name]) for name in names) + " |")
+                     f"{cause['lost']:.4g} | {_fraction_text(cause)} | "
+                     + " | ".join(_fraction_text(cause["controls"][name]) for name in names) + " |")
     return lines
-
-
-def _bracketed(row: Mapping[str, Any]) -> str:
-    """A fraction with its interval in brackets, as the models table shows it ('' when undefined)."""
-    if row.get("fraction") is None:
-        return ""
-    text = f"{row['fraction']:.0%}"
-    if row.get("fraction_low") is not None:
-        text += f" [{row['fraction_low']:.0%}, {row['fraction_high']:.0%}]"
-    return text
 
 
 def write_verify(result: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
