@@ -50,22 +50,25 @@ def blame_vector(report_dir: Path, rows: int) -> np.ndarray:
     return blame
 
 
+def verify_items(result: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, list[float]], Any]:
+    """A verify.json's per-item columns (id, base, full, dropped, control-N), its controls' and its ItemRecovery."""
+    from gradian.counterfactual.recovery import item_recovery
+
+    columns = {name: [item[name] for item in result["items"]] for name in result["items"][0]}
+    controls = {row["name"]: columns[row["name"]] for row in result["models"] if row["role"] == "control"}
+    # From the per-item scores every verify.json holds, so a verify run before verify counted them counts too.
+    by_item = item_recovery(columns["id"], columns["base"], columns["full"], columns["dropped"], controls)
+    return columns, controls, by_item
+
+
 def verify_summary(directory: Path) -> dict[str, Any] | None:
     """What verify measured on the case, from <case>/verify/verify.json (None where it has not run)."""
     path = directory / "verify" / "verify.json"
     if not path.is_file():
         return None
-    from gradian.counterfactual.recovery import item_recovery
-
     result = json.loads(path.read_text())
     rows = {row["role"]: row for row in result["models"]}
-
-    def column(key: str) -> list[Any]:
-        return [item[key] for item in result["items"]]
-
-    # From the per-item scores every verify.json holds, so a verify run before verify counted them counts too.
-    controls = {row["name"]: column(row["name"]) for row in result["models"] if row["role"] == "control"}
-    by_item = item_recovery(column("id"), column("base"), column("full"), column("dropped"), controls)
+    columns, controls, by_item = verify_items(result)
     summary = {"dropped": result["drop"]["cluster"] or f"{result['drop']['size']} examples",
                "recovered": rows["dropped"].get("fraction"), "random": rows.get("control", {}).get("fraction"),
                "confirmed": result["verdict"]["confirmed"], "stuck": f"{len(by_item.stuck)} of {len(by_item.regressed)}"}
@@ -76,7 +79,7 @@ def verify_summary(directory: Path) -> dict[str, Any] | None:
 
         ev = result["evaluation"]
         _, pooled = causes_recovery(read_report(directory / "report").causes, result["drop"]["clusters"],
-                                    column("id"), column("base"), column("full"), column("dropped"), controls,
+                                    columns["id"], columns["base"], columns["full"], columns["dropped"], controls,
                                     {"samples": ev["bootstrap_samples"], "confidence": ev["confidence"],
                                      "seed": ev["seed"]})
     if pooled:

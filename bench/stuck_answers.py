@@ -48,14 +48,13 @@ def same_answer(first: str, second: str) -> bool:
 
 def score_case(directory: Path) -> dict[str, Any]:
     """One case's row: each stuck item's answers, and how many each retrain answers otherwise than the fine-tune."""
-    from gradian.counterfactual.recovery import item_recovery
+    from goal_table import verify_items
+
     from gradian.report.reader import read_report
 
     result = json.loads((directory / "verify" / "verify.json").read_text())
-    columns = {name: [item[name] for item in result["items"]] for name in result["items"][0]}
-    controls = {row["name"]: columns[row["name"]] for row in result["models"] if row["role"] == "control"}
-    # From the per-item scores, as the goal table counts them: a verify run before it named its stuck items counts too.
-    by_item = item_recovery(columns["id"], columns["base"], columns["full"], columns["dropped"], controls)
+    # As the goal table counts them: a verify run before it named its stuck items counts too.
+    _, _, by_item = verify_items(result)
     stuck = by_item.stuck
     capability = read_report(Path(result["inputs"]["report"])).capability
     scored = {item.id: item for item in capability.items} if capability else {}

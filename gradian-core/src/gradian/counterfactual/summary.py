@@ -159,10 +159,12 @@ def causes_recovery(causes: Sequence[CauseRow], dropped_clusters: Collection[str
     accused = [row for row in rows if row["in_drop"]]
     if not accused:
         return rows, None
+    numbers = [row["cause"] for row in accused]
+    if len(accused) == 1:  # one dropped cause: its own row is the pooled figure, no second bootstrap
+        fields = {key: value for key, value in accused[0].items() if key not in ("cause", "accused_clusters", "in_drop")}
+        return rows, {"causes": numbers, **fields}
     items = {item for row in accused for item in row["items"]}
-    pooled = {"causes": [row["cause"] for row in accused],
-              **(_subset_fields(ids, items, base, full, dropped, controls, boot) or {})}
-    return rows, pooled
+    return rows, {"causes": numbers, **(_subset_fields(ids, items, base, full, dropped, controls, boot) or {})}
 
 
 def _full_model_why(plan: VerifyPlan) -> str:
