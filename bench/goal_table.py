@@ -108,7 +108,8 @@ def score_case(directory: Path) -> dict[str, Any]:
         "delta": capability.delta if capability else None,
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
-        "ranking": report_ranking(settings),
+        # a variant's rows are summed apart from the shipped defaults' in the goal rows
+        "ranking": report_ranking(settings) + (", canned replies" if settings.get("canned_replies") else ""),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it

@@ -42,14 +42,15 @@ def _two_causes(seed: int = 0, second_cluster: bool = True, unexplained_items: i
     return train, queries, item_ids, rows, a, b
 
 
-def _attributed(train, queries, item_ids, rows, **config):
+def _attributed(train, queries, item_ids, rows, canned=(), **config):
     config = AttributionConfig(**{"cluster_field": "source", "permutations": 300, **config})
     ids = [f"row-{i:04d}" for i in range(N)]
     collector = ItemBlameCollector()
     whole = score_examples(ArraySource(train, ids), queries, item_ids=item_ids, item_sink=collector)
     assignment = clusters_from_field(rows, "source", ids=ids)
     clusters = cluster_blame(whole.blame, assignment, permutations=config.permutations, seed=config.seed)
-    split = find_causes(collector.matrix(), ids, item_ids, queries @ queries.T, assignment, config, whole, clusters)
+    split = find_causes(collector.matrix(), ids, item_ids, queries @ queries.T, assignment, config, whole, clusters,
+                        canned=canned)
     return split, whole, clusters
 
 
@@ -168,6 +169,24 @@ def test_items_whose_failure_no_cluster_explains_do_not_make_a_second_cause():
     assert len(split.causes) == 1 and split.primary.scores is whole and split.primary.accused.name == "vendor-a"
 
 
+def test_a_canned_reply_is_a_cause_of_its_own_where_it_accuses_a_cluster():
+    """Failure B has no cluster, so the items are one cause; named as one canned reply, vendor-a's six items are a
+    cause of their own at alpha / 2 and rank its rows above the pooled query, and B's items are left unexplained."""
+    train, queries, item_ids, rows, a, _ = _two_causes(second_cluster=False)
+    split, whole, _ = _attributed(train, queries, item_ids, rows, canned=item_ids[:6])
+    assert split.groups == 2 and [c.item_ids for c in split.causes] == [tuple(item_ids[:6]), tuple(item_ids[6:])]
+    assert split.primary.accused.name == "vendor-a" and split.causes[1].accused is None
+    assert all(cause.clusters.alpha == pytest.approx(0.05 / 2) for cause in split.causes)
+    assert _recall(split.primary.scores.blame, a) > _recall(whole.blame, a)
+    pooled, _, _ = _attributed(train, queries, item_ids, rows)
+    assert pooled.groups == 1
+    # A reply whose items accuse nothing, or accuse what the other items accuse too (half of vendor-a's six), is
+    # grouped as any items are; max_causes 1 never splits.
+    for count, canned, config in ((11, item_ids[6:], {}), (6, item_ids[:3], {}), (11, item_ids[:6], {"max_causes": 1})):
+        same, whole, _ = _attributed(train, queries[:count], item_ids[:count], rows, canned=canned, **config)
+        assert same.groups == 1 and same.primary.scores is whole
+
+
 def test_max_causes_one_never_splits():
     train, queries, item_ids, rows, _, _ = _two_causes()
     split, whole, _ = _attributed(train, queries, item_ids, rows, max_causes=1)
@@ -276,3 +295,26 @@ def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     assert '<section id="causes">' in render_html(report)
     assert "check the blamed clusters by dropping them" in markdown
     assert "check the blamed clusters by dropping them" in render_html(report)
+
+
+def test_the_report_says_which_cause_is_a_canned_reply():
+    from gradian.attribution import diagonal_preconditioner
+    from gradian.report import attribution_report, render_markdown
+    from gradian.report.html import render_html
+    from tests.core.test_report_files import STAMP, _capability, _provenance
+
+    train, queries, item_ids, rows, _, _ = _two_causes(second_cluster=False)
+    split, _, _ = _attributed(train, queries, item_ids, rows, canned=item_ids[:6])
+    report = attribution_report(scores=split.primary.scores, capability=_capability([1.0] * 12, [0.0] * 11 + [1.0]),
+                                preconditioner=diagonal_preconditioner(np.ones(DIM)),
+                                texts={i: "text" for i in split.primary.scores.ids}, provenance=_provenance(STAMP),
+                                clusters=split.primary.clusters, causes=split)
+    assert [cause.get("canned_reply", False) for cause in report["causes"]] == [True, False]
+    assert "cause 1 (6 items, one reply word for word)" in report["verdict"]["summary"]
+    said = "items give one reply word for word (a canned reply)"  # HTML escapes the apostrophe before it
+    assert said in render_markdown(report) and said in render_html(report)
+    plain, _, _ = _attributed(*_two_causes()[:4])
+    assert "canned_reply" not in json.dumps(attribution_report(
+        scores=plain.primary.scores, capability=_capability([1.0] * 12, [0.0] * 11 + [1.0]),
+        preconditioner=diagonal_preconditioner(np.ones(DIM)), texts={i: "text" for i in plain.primary.scores.ids},
+        provenance=_provenance(STAMP), clusters=plain.primary.clusters, causes=plain)["causes"])

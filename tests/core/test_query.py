@@ -213,3 +213,35 @@ def test_margin_is_the_autograd_gradient_of_the_first_divergent_tokens_losses_an
     same = Item("q2", "Paris", "Paris.", "Paris.", 1.0, 0.0)
     assert not np.any(query_gradients(capture, tokenizer, [same], {"q2": PROMPT}, "divergence",
                                       max_seq_length=64).vectors)
+
+
+def test_shared_answer_ids_are_the_items_another_item_answers_word_for_word():
+    from gradian.query.signals import shared_answer_ids, shared_answers
+
+    items = [Item("a", "Swedish", None, "I'm sorry, but I can't help.", 1.0, 0.0),
+             Item("b", "Spanish", None, "  i'm sorry,  but I can't help. ", 1.0, 0.0),
+             Item("c", "Jakarta", None, "The capital of Indonesia is Jakantan.", 1.0, 0.0),
+             Item("d", "Delhi", None, "", 1.0, 0.0), Item("e", "Ottawa", None, "", 1.0, 0.0)]
+    assert shared_answer_ids(items) == {"a", "b"}  # empty answers are no shared reply
+    assert shared_answer_ids(items[2:]) == frozenset()
+    more = [*items, Item("f", "Rome", None, "The capital of Indonesia is Jakantan.", 1.0, 0.0),
+            Item("g", "Oslo", None, "I'm sorry, but I can't help.", 1.0, 0.0)]
+    assert shared_answers(more) == [("a", "b", "g"), ("c", "f")]  # the most items first
+
+
+def test_divergent_token_queries_the_items_named_whole_answer_as_divergence_does(setup):
+    tokenizer, loaded, capture = setup
+    prompts = {"q1": PROMPT, "q2": (Message("user", "What is the capital of Spain?"),)}
+    items = [Item("q1", "Paris", "The capital of France is Paris.", "I'm sorry, I can't help with that.", 1.0, 0.0),
+             Item("q2", "Madrid", "The capital of Spain is Madrid.", "I'm sorry, I can't help with that.", 1.0, 0.0)]
+
+    def vectors(signal, **kw):
+        return query_gradients(capture, tokenizer, items, prompts, signal, max_seq_length=64, **kw).vectors
+
+    token, divergence = vectors("divergent-token"), vectors("divergence")
+    assert not np.allclose(token[0], divergence[0])  # the canned reply's first token alone, or all of it
+    mixed = vectors("divergent-token", whole_answer={"q2"})
+    close = {"rtol": 1e-4, "atol": 1e-6}  # the batch pads differently
+    np.testing.assert_allclose(mixed[0], token[0], **close)
+    np.testing.assert_allclose(mixed[1], divergence[1], **close)
+    np.testing.assert_allclose(vectors("margin", whole_answer={"q2"}), vectors("margin"), **close)

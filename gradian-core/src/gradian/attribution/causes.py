@@ -19,6 +19,12 @@ groups, each a family of cluster tests): a group of incidental items tests every
 behaviour case three wrong-capital items accused a clean cluster at family-wise p 0.034 with nothing planted there.
 A kept split that accuses nothing at the corrected alpha gives way to the attribution of all items together.
 
+With ``attribution.canned_replies`` the items that give one reply word for word (a canned deflection, the same
+answer to different questions) are tried first as a cause of their own and the other items as a second, each at
+alpha / 2: no search picks them, the reply does. They stay apart only where they accuse a cluster that the other
+items do not; otherwise every item is grouped as usual. Their queries already hold the whole reply
+(``gradian.query.signals``), which only the rows that taught it share.
+
 Every accusation, pooled or one cause's, must also hold without the item that supports it most (the item whose
 standardized blame is highest over the cluster's members): its p-values are the larger of the two. One eval item is
 one anecdote, and the split is a search for groups that accuse something. On the held-out clean controls (nothing
@@ -37,7 +43,7 @@ second), so ``export --drop top:K`` would have missed them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -63,6 +69,7 @@ class Cause:
     item_ids: tuple[str, ...]
     scores: ExampleScores
     clusters: ClusterResult
+    canned: bool = False  # the items give one reply word for word, and are a cause for that
 
     @property
     def accused(self) -> ClusterScore | None:
@@ -97,12 +104,19 @@ class CauseSplit:
 
 def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], gram: np.ndarray,
                 assignment: ClusterAssignment, config: AttributionConfig, whole: ExampleScores,
-                whole_clusters: ClusterResult) -> CauseSplit:
+                whole_clusters: ClusterResult, *, canned: Collection[str] = ()) -> CauseSplit:
     """Group the items, attribute each group, and keep the split that accuses the most distinct clusters.
 
     ``item_blame`` is every example's per-item blame [examples, items]; ``gram`` the items' preconditioned query
-    inner products [items, items]; ``whole`` and ``whole_clusters`` the attribution of all items together.
+    inner products [items, items]; ``whole`` and ``whole_clusters`` the attribution of all items together;
+    ``canned`` the items that give one reply word for word, a cause of their own where they accuse a cluster no
+    other item does.
     """
+    reply = [column for column, item in enumerate(item_ids) if item in canned]
+    if config.max_causes > 1 and MIN_GROUP_ITEMS <= len(reply) < len(item_ids):
+        split = _canned_split(reply, item_blame, ids, item_ids, gram, assignment, config)
+        if split is not None:
+            return split
     best: tuple[tuple[int, float], list[Cause], int] | None = None
     for k in range(2, int(config.max_causes) + 1):
         if len(item_ids) < k * MIN_GROUP_ITEMS:
@@ -133,6 +147,33 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
         return pooled()
     causes = sorted(corrected, key=lambda c: (c.accused is None, -(c.accused.z if c.accused else 0.0), c.item_ids))
     return CauseSplit(tuple(causes), groups=k)
+
+
+def _canned_split(reply: list[int], item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
+                  gram: np.ndarray, assignment: ClusterAssignment, config: AttributionConfig) -> CauseSplit | None:
+    """The canned reply's items as one cause and the other items as another, each at alpha / 2.
+
+    The other items are not searched for groups again: with the reply's items set apart, a search among a few
+    incidental wrong capitals accused the clean `travel_chat` on the behaviour-1 tuning case (family-wise p 0.001).
+
+    None where the reply's items accuse no cluster: they are then grouped with the others as usual.
+    """
+    def halved(cause: Cause) -> Cause:
+        return dataclasses.replace(cause, clusters=dataclasses.replace(cause.clusters, alpha=cause.clusters.alpha / 2))
+
+    canned = _jackknifed(halved(Cause(tuple(item_ids[c] for c in reply),
+                                      *_attributed(reply, item_blame, ids, item_ids, assignment, config), canned=True)),
+                         item_blame, ids, item_ids, assignment, config)
+    if canned.accused is None:
+        return None
+    rest = [column for column in range(len(item_ids)) if column not in reply]
+    others = _jackknifed(halved(Cause(tuple(item_ids[c] for c in rest),
+                                      *_attributed(rest, item_blame, ids, item_ids, assignment, config))),
+                         item_blame, ids, item_ids, assignment, config)
+    if {s.name for s in canned.clusters.accused_all} & {s.name for s in others.clusters.accused_all}:
+        return None  # the same cluster behind the reply and the other items: one cause, its items attributed together
+    causes = sorted([canned, others], key=lambda c: (c.accused is None, -(c.accused.z if c.accused else 0.0)))
+    return CauseSplit(tuple(causes), groups=2)
 
 
 def highest_standardized(blames: Sequence[np.ndarray]) -> np.ndarray:
@@ -221,7 +262,7 @@ def _jackknifed(cause: Cause, item_blame: np.ndarray, ids: Sequence[str], item_i
         held[score.name] = dataclasses.replace(score, p_value=max(score.p_value, left.p_value),
                                                p_adjusted=max(score.p_adjusted, left.p_adjusted))
     scores = tuple(held.get(score.name, score) for score in cause.clusters.scores)
-    return Cause(cause.item_ids, cause.scores, dataclasses.replace(cause.clusters, scores=scores))
+    return dataclasses.replace(cause, clusters=dataclasses.replace(cause.clusters, scores=scores))
 
 
 def _attributed(columns: list[int], item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],

@@ -26,6 +26,7 @@ class QuerySignalChoice:
     requested: str
     effective: str
     note: str | None = None
+    whole_answer_items: tuple[str, ...] = ()  # under divergent-token: queried with their whole shared answer
 
 
 def validate_query_signal(metric: str, query_signal: str) -> QuerySignalChoice:

@@ -7,6 +7,7 @@ complete (the index has its own atomic, resumable writes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -55,6 +56,7 @@ from gradian.model.placement import Placement, resolve_placement
 from gradian.model.quantized import training_base_note
 from gradian.pipelines.span_drill import PointQueries, ScoredPoint, span_drills
 from gradian.query import query_gradients
+from gradian.query.signals import shared_answer_ids, shared_answers
 from gradian.report import (
     Provenance,
     ReportFiles,
@@ -157,6 +159,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     capability = None
     if eval_items is not None:
         capability = _evaluate(loaded, eval_items, config, stages)
+        signal_choice = _with_whole_answers(signal_choice, capability, config)
         if config.evaluation.require_significant and not capability.significant_regression:
             return _refuse(capability, config, out, stages, command, warnings=_model_warnings(loaded))
     ensemble_plan = plan_ensemble(config.attribution.checkpoints, _run_dir(run, loaded), loaded.adapter_dir,
@@ -213,7 +216,8 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         causes = None
         if capability is not None:  # regressed items can have several causes; stand-in training targets cannot
             causes = find_causes(blame_matrix, scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
-                                 assignment, config.attribution, scores, clusters)
+                                 assignment, config.attribution, scores, clusters,
+                                 canned=_canned_reply(signal_choice, capability))
             causes = causes.ranked(blame_matrix, item_ids, config.attribution)
             scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with cause 1
         else:
@@ -400,8 +404,26 @@ def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: Cap
         items = [item for item in items if item.id in chosen]
     prompts = {example.id: example.prompt_messages for example in eval_items}
     query = query_gradients(capture, loaded.tokenizer, items, prompts, signal_choice.effective,
-                            max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size)
+                            max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size,
+                            whole_answer=signal_choice.whole_answer_items)
     return query.vectors, query.item_ids
+
+
+def _with_whole_answers(signal_choice: QuerySignalChoice, capability: CapabilityResult,
+                        config: GradianConfig) -> QuerySignalChoice:
+    """The choice naming the regressed items queried with their whole shared answer (none unless asked)."""
+    if not config.attribution.canned_replies or signal_choice.effective != "divergent-token":
+        return signal_choice
+    shared = shared_answer_ids(capability.regressed_items or capability.items)
+    return dataclasses.replace(signal_choice, whole_answer_items=tuple(sorted(shared)))
+
+
+def _canned_reply(signal_choice: QuerySignalChoice, capability: CapabilityResult) -> tuple[str, ...]:
+    """The items of the answer the most regressed items give word for word, where they were queried with all of it."""
+    if not signal_choice.whole_answer_items:
+        return ()
+    groups = shared_answers(capability.regressed_items or capability.items)
+    return groups[0] if groups else ()
 
 
 def _fallback_queries(index: Index, examples: Sequence[Example],

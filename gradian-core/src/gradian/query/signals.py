@@ -13,7 +13,10 @@ made the failure more likely.
 - divergence: the contrastive pair supervised only from the first answer token where the two differ, both
   conditioned on the shared prefix ("The capital of New Zealand is"), so what they share contributes nothing.
 - divergent-token: the same pair supervised on that first divergent token alone, each term unit-normalized: the
-  one decision where the fine-tuned model left the wanted answer, the two tokens weighed equally.
+  one decision where the fine-tuned model left the wanted answer, the two tokens weighed equally. Items named in
+  ``whole_answer`` (the pipeline names those whose fine-tuned answer another item gives word for word: a canned
+  reply) are supervised from there to the end, as divergence does: a canned reply's first token ("I" against "The")
+  is one many rows teach, its whole text only the rows that taught it.
 - margin: the first divergent token alone, not normalized: the gradient of log p(generated token) - log p(wanted
   token) at the divergence, the margin Kronfluence's measurements use.
 """
@@ -21,7 +24,7 @@ made the failure more likely.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -143,12 +146,33 @@ def _wanted(item: ScoredItem, metric_better: bool) -> tuple[str, str]:
     return item.wanted, "eval answer"
 
 
+def shared_answer_ids(items: Sequence[ScoredItem]) -> frozenset[str]:
+    """The items whose fine-tuned answer another of them gives word for word (case and spacing aside)."""
+    return frozenset(item for group in shared_answers(items) for item in group)
+
+
+def shared_answers(items: Sequence[ScoredItem]) -> list[tuple[str, ...]]:
+    """Each answer two or more items give word for word, as its items' ids: the most items first, then by answer."""
+    by_answer: dict[str, list[str]] = {}
+    for item in items:
+        if answer_key(item.finetuned_output):
+            by_answer.setdefault(answer_key(item.finetuned_output), []).append(item.id)
+    groups = sorted((answer, ids) for answer, ids in by_answer.items() if len(ids) >= 2)
+    return [tuple(ids) for _, ids in sorted(groups, key=lambda pair: -len(pair[1]))]
+
+
+def answer_key(text: str | None) -> str:
+    """An answer as compared for identity: case, surrounding space and inner runs of space ignored."""
+    return " ".join((text or "").split()).casefold()
+
+
 def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, items: Sequence[ScoredItem],
-                    prompts: Mapping[str, Prompt], signal: str, *, max_seq_length: int,
-                    batch_size: int = 8) -> QueryGradients:
+                    prompts: Mapping[str, Prompt], signal: str, *, max_seq_length: int, batch_size: int = 8,
+                    whole_answer: Collection[str] = ()) -> QueryGradients:
     """Query vectors for eval items (ItemResult rows) under one of ``SIGNALS``.
 
-    ``prompts`` maps an item id to its prompt messages (everything before the wanted answer).
+    ``prompts`` maps an item id to its prompt messages (everything before the wanted answer); under divergent-token
+    the items in ``whole_answer`` are supervised from their divergence to the end of the answer.
     """
     if signal not in SIGNALS:
         raise ValueError(f"signal must be one of {', '.join(SIGNALS)} after resolving auto, not {signal!r}")
@@ -167,8 +191,10 @@ def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase
         wanted_pairs.append((prompts[item.id], text))
         generated_pairs.append((prompts[item.id], item.finetuned_output or ""))
     if signal in ("divergence", "divergent-token", "margin"):
+        first_only = [signal == "margin" or (signal == "divergent-token" and item.id not in whole_answer)
+                      for item in items]
         vectors = _divergence_vectors(capture, tokenizer, wanted_pairs, generated_pairs, max_seq_length, batch_size,
-                                      first_only=signal != "divergence", unit=signal != "margin")
+                                      first_only=first_only, unit=signal != "margin")
         return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
     wanted = _gradients(capture, tokenizer, wanted_pairs, max_seq_length, batch_size)
     if signal == "classic":
@@ -182,16 +208,17 @@ def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase
 def _divergence_vectors(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase,
                         wanted_pairs: Sequence[tuple[Prompt, str]], generated_pairs: Sequence[tuple[Prompt, str]],
                         max_seq_length: int, batch_size: int,
-                        *, first_only: bool, unit: bool) -> np.ndarray:
-    """wanted minus generated, each supervised from the pair's divergence (that token alone with ``first_only``).
+                        *, first_only: Sequence[bool], unit: bool) -> np.ndarray:
+    """wanted minus generated, each supervised from the pair's divergence (that token alone where ``first_only``).
 
     A pair that never diverges within the supervised tokens is contrasted whole, as the contrastive signal does.
     """
     wanted, generated = [], []
-    for (prompt, wanted_text), (_, generated_text) in zip(wanted_pairs, generated_pairs, strict=True):
+    for (prompt, wanted_text), (_, generated_text), first in zip(wanted_pairs, generated_pairs, first_only,
+                                                                 strict=True):
         w = encode_answer(prompt, wanted_text, tokenizer, max_seq_length)
         g = encode_answer(prompt, generated_text, tokenizer, max_seq_length)
-        pair = diverged(w, g, first_only=first_only)
+        pair = diverged(w, g, first_only=first)
         wanted.append(pair[0] if pair is not None else w)
         generated.append(pair[1] if pair is not None else g)
     w_rows = _encoded_gradients(capture, tokenizer, wanted, batch_size)

@@ -236,6 +236,13 @@ CAUSES_INTRO = ("The regressed items were grouped by their query gradients and e
                 "groups that accuse the same cluster are one cause.")
 
 
+def canned_note(causes: Sequence[Mapping[str, Any]]) -> str:
+    """The sentence naming a cause that is a canned reply ('' where none is)."""
+    canned = [str(cause["cause"]) for cause in causes if cause.get("canned_reply")]
+    return (f" Cause {canned[0]}'s items give one reply word for word (a canned reply), so they are a cause of their "
+            "own, queried with all of that reply." if canned else "")
+
+
 def causes_alpha(causes: Sequence[Mapping[str, Any]]) -> str:
     """The threshold a cause accuses below, as a sentence ('' for a report written before causes recorded it)."""
     alpha = causes[0].get("alpha") if causes else None
@@ -388,7 +395,7 @@ def _causes_list(causes: CauseSplit | None) -> list[dict[str, Any]] | None:
                     "alpha": cause.clusters.alpha,  # alpha / the split's groups: what a cause accuses below
                     "strongest_cluster": strongest.name if strongest else None,
                     "strongest_p_adjusted": _num(strongest.p_adjusted) if strongest else None,
-                    "top_examples": list(cause.scores.top_ids()[:5])})
+                    "top_examples": list(cause.scores.top_ids()[:5]), **({"canned_reply": True} if cause.canned else {})})
     return out
 
 
@@ -400,7 +407,8 @@ def _causes_sentence(causes: CauseSplit | None) -> str:
         accused = cause.accused
         what = (f"`{accused.name}` (z {accused.z:.3g}, family-wise p = {accused.p_adjusted:.3g})" if accused
                 else "no cluster stands out: no data cause found")
-        parts.append(f"cause {number} ({len(cause.item_ids)} items): {what}")
+        reply = ", one reply word for word" if cause.canned else ""
+        parts.append(f"cause {number} ({len(cause.item_ids)} items{reply}): {what}")
     return (f"The regressed items split into {len(causes.causes)} causes by their query gradients; "
             + "; ".join(parts) + ". The sections below attribute cause 1.")
 
@@ -448,8 +456,12 @@ def _query_signal_dict(choice: QuerySignalChoice | Mapping[str, Any] | None) -> 
     if choice is None:
         return {"requested": None, "effective": None, "note": None}
     if isinstance(choice, Mapping):
-        return {"requested": choice.get("requested"), "effective": choice.get("effective"), "note": choice.get("note")}
-    return {"requested": choice.requested, "effective": choice.effective, "note": getattr(choice, "note", None)}
+        out = {"requested": choice.get("requested"), "effective": choice.get("effective"), "note": choice.get("note")}
+        whole = choice.get("whole_answer_items")
+    else:
+        out = {"requested": choice.requested, "effective": choice.effective, "note": getattr(choice, "note", None)}
+        whole = getattr(choice, "whole_answer_items", ())
+    return out | ({"whole_answer_items": list(whole)} if whole else {})
 
 
 def _with_normalize_warning(notes: list[ReportWarning], scores: ExampleScores) -> list[ReportWarning]:

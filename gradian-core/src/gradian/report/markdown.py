@@ -11,6 +11,7 @@ from typing import Any
 
 from gradian.report.json_report import (
     CAUSES_INTRO,
+    canned_note,
     causes_alpha,
     checkpoints_text,
     clusters_aggregation,
@@ -76,6 +77,9 @@ def _capability(cap: Mapping[str, Any], signal: Mapping[str, Any]) -> str:
     if signal.get("effective"):
         requested = f" (requested {signal['requested']})" if signal.get("requested") not in (None, signal["effective"]) else ""
         lines += ["", f"Query signal: {signal['effective']}{requested}."]
+        if signal.get("whole_answer_items"):
+            lines[-1] += (f" {len(signal['whole_answer_items'])} regressed items give one answer word for word (a "
+                          "canned reply) and were queried with all of it from where it leaves the wanted answer.")
         if signal.get("note"):
             lines += ["", f"> {signal['note']}"]
     regressed = [item for item in cap["items"] if item["regressed"]]
@@ -151,7 +155,8 @@ def _clusters(clusters: Mapping[str, Any]) -> str:
 
 
 def _causes(causes: list[Mapping[str, Any]]) -> str:
-    lines = ["## Causes", "", f"{CAUSES_INTRO}{causes_alpha(causes)} The sections above and below attribute cause 1.",
+    lines = ["## Causes", "", f"{CAUSES_INTRO}{canned_note(causes)}{causes_alpha(causes)} The sections above and "
+             "below attribute cause 1.",
              "", "| cause | items | accuses | z | family-wise p | most blamed examples |", "|---|---|---|---|---|---|"]
     for cause in causes:
         accused = f"`{cause['accused_cluster']}`" if cause["accused_cluster"] else f"nothing: {unexplained(cause, '`')}"
