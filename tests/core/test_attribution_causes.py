@@ -310,7 +310,8 @@ def test_the_report_says_which_cause_is_a_canned_reply():
                                 texts={i: "text" for i in split.primary.scores.ids}, provenance=_provenance(STAMP),
                                 clusters=split.primary.clusters, causes=split)
     assert [cause.get("canned_reply", False) for cause in report["causes"]] == [True, False]
-    assert "cause 1 (6 items, one reply word for word)" in report["verdict"]["summary"]
+    assert "split into 2 causes by one reply given word for word; cause 1 (6 items, one reply word for word)" in (
+        report["verdict"]["summary"])
     said = "items give one reply word for word (a canned reply)"  # HTML escapes the apostrophe before it
     assert said in render_markdown(report) and said in render_html(report)
     plain, _, _ = _attributed(*_two_causes()[:4])

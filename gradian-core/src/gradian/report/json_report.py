@@ -409,7 +409,9 @@ def _causes_sentence(causes: CauseSplit | None) -> str:
                 else "no cluster stands out: no data cause found")
         reply = ", one reply word for word" if cause.canned else ""
         parts.append(f"cause {number} ({len(cause.item_ids)} items{reply}): {what}")
-    return (f"The regressed items split into {len(causes.causes)} causes by their query gradients; "
+    how = ("one reply given word for word" if any(cause.canned for cause in causes.causes)
+           else "their query gradients")
+    return (f"The regressed items split into {len(causes.causes)} causes by {how}; "
             + "; ".join(parts) + ". The sections below attribute cause 1.")
 
 
