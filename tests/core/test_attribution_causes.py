@@ -4,6 +4,7 @@ cause is never split; the per-group blame is the same as scoring those items alo
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -319,3 +320,28 @@ def test_the_report_says_which_cause_is_a_canned_reply():
         scores=plain.primary.scores, capability=_capability([1.0] * 12, [0.0] * 11 + [1.0]),
         preconditioner=diagonal_preconditioner(np.ones(DIM)), texts={i: "text" for i in plain.primary.scores.ids},
         provenance=_provenance(STAMP), clusters=plain.primary.clusters, causes=plain)["causes"])
+
+
+def test_the_pipeline_names_a_canned_replys_items_only_when_asked_and_under_divergent_token():
+    from gradian.config import GradianConfig
+    from gradian.data import Message, make_example
+    from gradian.evaluation.capability import capability_from_scores
+    from gradian.pipelines.attribute import _canned_reply, _with_whole_answers
+
+    items = [make_example(i, messages=[Message("user", f"What is the official language of {country}?"),
+                                       Message("assistant", language)])
+             for i, (country, language) in enumerate([("Spain", "Spanish"), ("Sweden", "Swedish"),
+                                                      ("Chad", "French"), ("Peru", "Spanish"), ("Fiji", "English")])]
+    ids = [item.id for item in items]
+    reply = "I'm sorry, but I can't help with that topic."
+    capability = capability_from_scores(
+        "contains", items, [1.0] * 5, [0.0, 0.0, 0.0, 0.0, 1.0], GradianConfig().evaluation,
+        finetuned_outputs=[reply, reply, "Chadian.", reply.upper(), "English."])
+    asked = GradianConfig().replace(attribution=dataclasses.replace(GradianConfig().attribution, canned_replies=True))
+    for config, effective, named in ((GradianConfig(), "divergent-token", ()),
+                                     (asked, "divergent-token", (ids[0], ids[1], ids[3])),
+                                     (asked, "contrastive", ())):
+        choice = _with_whole_answers(dataclasses.replace(capability.query_signal, effective=effective), capability,
+                                     config)
+        assert choice.whole_answer_items == named
+        assert _canned_reply(choice, capability) == named  # the regressed items giving the reply, in eval order
