@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 
 RESULTS = Path(__file__).resolve().parent / "results" / "canned_answer"
 ALPHAS = (0.0, 0.5, 1.0)
-MIN_SHARED = 2
 MIXED = "shared answer's items: divergence"
 
 
-def answer_key(text: str | None) -> str:
-    """An answer as compared for identity: case, surrounding space and inner runs of space ignored."""
-    return " ".join((text or "").split()).casefold()
-
-
 def shared_answer_items(items: list[Any]) -> tuple[str, list[str]] | None:
-    """The most common identical fine-tuned answer among the items and the ids giving it (None: no two agree)."""
-    counts = Counter(answer_key(item.finetuned_output) for item in items)
-    answer, count = max(sorted(counts.items()), key=lambda pair: pair[1]) if counts else ("", 0)
-    if count < MIN_SHARED:
+    """The answer the most items give word for word and their ids, as the product finds it (None: no two agree)."""
+    from gradian.query.signals import answer_key, shared_answers
+
+    groups = shared_answers(items)
+    if not groups:
         return None
-    return answer, [item.id for item in items if answer_key(item.finetuned_output) == answer]
+    first = next(item for item in items if item.id == groups[0][0])
+    return answer_key(first.finetuned_output), list(groups[0])
 
 
 def score_case(workdir: Path, base_model: str, signals: list[str]) -> dict[str, Any]:

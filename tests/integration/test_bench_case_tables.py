@@ -389,3 +389,19 @@ def test_the_stuck_answers_table_counts_the_answers_each_retrain_changed():
     text = stuck_answers.markdown([case], "python bench/stuck_answers.py")
     assert "| tiny-format-4 | 3 | 1 | 1 of 1 | 0 of 1 |" in text
     assert "| take | take | Le contraire de faire est faire. | The opposite of give is lend. |" in text
+
+
+def test_the_canned_answer_table_scores_every_item_and_the_shared_reply_apart(cases, tiny_base_dir, tmp_path):
+    table = bench_module("canned_answer")
+    out = tmp_path / "canned"
+    row = _indexed_table_row(table, cases, tiny_base_dir, out)
+    groups = row["signals"][row["shipped_signal"]]
+    assert list(groups["all"]) == [str(alpha) for alpha in table.ALPHAS]
+    assert all(0.0 <= m["recall_at_k"] <= 1.0 for m in groups["all"].values())
+    assert ("shared" in groups) == ("shared_items" in row)  # the reply's items are scored apart where two agree
+    assert f"| {row['shipped_signal']} (shipped) |" in out.with_suffix(".md").read_text()
+    reply = "I'm sorry, but I can't help."
+    items = [type("Item", (), {"id": f"q{i}", "finetuned_output": text})()
+             for i, text in enumerate([reply, "Paris.", reply.upper(), "Rome."])]
+    assert table.shared_answer_items(items) == ("i'm sorry, but i can't help.", ["q0", "q2"])
+    assert table.shared_answer_items(items[1:2]) is None
