@@ -306,11 +306,15 @@ def test_the_report_says_which_cause_is_a_canned_reply():
 
     train, queries, item_ids, rows, _, _ = _two_causes(second_cluster=False)
     split, _, _ = _attributed(train, queries, item_ids, rows, canned=item_ids[:6])
-    report = attribution_report(scores=split.primary.scores, capability=_capability([1.0] * 12, [0.0] * 11 + [1.0]),
+    capability = _capability([1.0] * 12, [0.0] * 11 + [1.0])
+    signal = dataclasses.replace(capability.query_signal, whole_answer_items=tuple(item_ids[:6]))
+    report = attribution_report(scores=split.primary.scores, capability=capability,
                                 preconditioner=diagonal_preconditioner(np.ones(DIM)),
                                 texts={i: "text" for i in split.primary.scores.ids}, provenance=_provenance(STAMP),
-                                clusters=split.primary.clusters, causes=split)
+                                clusters=split.primary.clusters, causes=split, query_signal=signal)
     assert [cause.get("canned_reply", False) for cause in report["causes"]] == [True, False]
+    assert report["query_signal"]["whole_answer_items"] == item_ids[:6]
+    assert "6 regressed items give an answer another gives word for word" in render_markdown(report)
     assert "split into 2 causes by one reply given word for word; cause 1 (6 items, one reply word for word)" in (
         report["verdict"]["summary"])
     said = "items give one reply word for word (a canned reply)"  # HTML escapes the apostrophe before it

@@ -111,7 +111,7 @@ class AttributionConfig:
                            "blame minus its blame without it", choices=("restricted", "alone", "removed"))
     canned_replies: bool = _opt(False, "regressed items that give one answer word for word (a canned reply) are queried "
                                 "with all of it from where it leaves the wanted answer (divergent-token queries one "
-                                "token) and are one cause where they accuse a cluster")
+                                "token) and are one cause where they accuse a cluster the other items do not")
     max_causes: int = _opt(3, "most causes the regressed items are split into by their query gradients (1: never)",
                            min=1)
     # 4 points of the run against the adapter alone: 0.90 / 0.75 (fact) and 0.85 / 0.50 (format) recall@k on the

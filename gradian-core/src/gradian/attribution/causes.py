@@ -114,7 +114,7 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
     """
     reply = [column for column, item in enumerate(item_ids) if item in canned]
     if config.max_causes > 1 and MIN_GROUP_ITEMS <= len(reply) < len(item_ids):
-        split = _canned_split(reply, item_blame, ids, item_ids, gram, assignment, config)
+        split = _canned_split(reply, item_blame, ids, item_ids, assignment, config)
         if split is not None:
             return split
     best: tuple[tuple[int, float], list[Cause], int] | None = None
@@ -150,7 +150,7 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
 
 
 def _canned_split(reply: list[int], item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
-                  gram: np.ndarray, assignment: ClusterAssignment, config: AttributionConfig) -> CauseSplit | None:
+                  assignment: ClusterAssignment, config: AttributionConfig) -> CauseSplit | None:
     """The canned reply's items as one cause and the other items as another, each at alpha / 2.
 
     The other items are not searched for groups again: with the reply's items set apart, a search among a few

@@ -78,6 +78,7 @@ class CapabilityResult:
         """Plain JSON-ready dict for report.json."""
         data = dataclasses.asdict(self)
         data["items"] = [dataclasses.asdict(item) | {"regressed": item.regressed} for item in self.items]
+        data["query_signal"] = self.query_signal.to_dict()
         data["regressed_ids"] = list(self.regressed_ids)
         data["significant_regression"] = self.significant_regression
         return data

@@ -28,6 +28,11 @@ class QuerySignalChoice:
     note: str | None = None
     whole_answer_items: tuple[str, ...] = ()  # under divergent-token: queried with their whole shared answer
 
+    def to_dict(self) -> dict[str, object]:
+        """As reports write it: the items queried whole only where there are some."""
+        out: dict[str, object] = {"requested": self.requested, "effective": self.effective, "note": self.note}
+        return out | ({"whole_answer_items": list(self.whole_answer_items)} if self.whole_answer_items else {})
+
 
 def validate_query_signal(metric: str, query_signal: str) -> QuerySignalChoice:
     """Resolve `auto` for this metric and refuse `contrastive` with a metric that generates no text."""

@@ -460,10 +460,10 @@ def _query_signal_dict(choice: QuerySignalChoice | Mapping[str, Any] | None) -> 
     if isinstance(choice, Mapping):
         out = {"requested": choice.get("requested"), "effective": choice.get("effective"), "note": choice.get("note")}
         whole = choice.get("whole_answer_items")
-    else:
-        out = {"requested": choice.requested, "effective": choice.effective, "note": getattr(choice, "note", None)}
-        whole = getattr(choice, "whole_answer_items", ())
-    return out | ({"whole_answer_items": list(whole)} if whole else {})
+        return out | ({"whole_answer_items": list(whole)} if whole else {})
+    if isinstance(choice, QuerySignalChoice):
+        return choice.to_dict()
+    return {"requested": choice.requested, "effective": choice.effective, "note": getattr(choice, "note", None)}
 
 
 def _with_normalize_warning(notes: list[ReportWarning], scores: ExampleScores) -> list[ReportWarning]:

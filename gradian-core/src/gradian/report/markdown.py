@@ -78,8 +78,9 @@ def _capability(cap: Mapping[str, Any], signal: Mapping[str, Any]) -> str:
         requested = f" (requested {signal['requested']})" if signal.get("requested") not in (None, signal["effective"]) else ""
         lines += ["", f"Query signal: {signal['effective']}{requested}."]
         if signal.get("whole_answer_items"):
-            lines[-1] += (f" {len(signal['whole_answer_items'])} regressed items give one answer word for word (a "
-                          "canned reply) and were queried with all of it from where it leaves the wanted answer.")
+            lines[-1] += (f" {len(signal['whole_answer_items'])} regressed items give an answer another gives word for "
+                          "word (a canned reply) and were queried with all of it from where it leaves the wanted "
+                          "answer.")
         if signal.get("note"):
             lines += ["", f"> {signal['note']}"]
     regressed = [item for item in cap["items"] if item["regressed"]]
