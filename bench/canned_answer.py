@@ -59,7 +59,7 @@ def score_case(workdir: Path, base_model: str, signals: list[str]) -> dict[str, 
                            "report": {"recall_at_k": goal.get("recall_at_k"), "auprc": goal.get("auprc")}}
     scenario = make_scenario(goal["kind"], goal["seed"])
     if not scenario.planted_ids:
-        return {**row, "skipped": "nothing planted: a clean control"} | _shared_only(workdir, base_model)
+        return {**row, "skipped": "nothing planted: a clean control"} | _shared_only(workdir)
     report = read_report(workdir / "report")
     config = load_config(workdir / "config.yaml")
     final = load_case(workdir, base_model, config, report)
@@ -73,8 +73,13 @@ def score_case(workdir: Path, base_model: str, signals: list[str]) -> dict[str, 
     ids = [e.id for e in final.examples]
     item_ids = [item.id for item in final.items]
 
+    summed: dict[tuple[str, float], np.ndarray] = {}  # the ensemble's blame per signal and alpha, summed once
+
     def measured(signal: str, group: list[str], alpha: float) -> dict[str, float]:
-        matrix = sum(w * raw / np.where(norms > 0, norms, 1.0)[:, None] ** alpha for w, raw, norms in points[signal])
+        if (signal, alpha) not in summed:
+            summed[signal, alpha] = sum(w * raw / np.where(norms > 0, norms, 1.0)[:, None] ** alpha
+                                        for w, raw, norms in points[signal])
+        matrix = summed[signal, alpha]
         columns = [item_ids.index(item) for item in group]
         blame = rescore_items(matrix[:, columns], ids, group, list(range(len(group))),
                               aggregation=config.attribution.ranking).blame
@@ -105,9 +110,8 @@ def _with_columns(matrix: np.ndarray, source: np.ndarray, columns: list[int]) ->
     return out
 
 
-def _shared_only(workdir: Path, base_model: str) -> dict[str, Any]:
+def _shared_only(workdir: Path) -> dict[str, Any]:
     """Whether a case without planted rows has a shared answer among its regressed items (no scoring)."""
-    del base_model
     from gradian.report.reader import read_report
 
     items = [item for item in read_report(workdir / "report").capability.items if item.regressed]

@@ -158,18 +158,16 @@ def _canned_split(reply: list[int], item_blame: np.ndarray, ids: Sequence[str], 
 
     None where the reply's items accuse no cluster: they are then grouped with the others as usual.
     """
-    def halved(cause: Cause) -> Cause:
-        return dataclasses.replace(cause, clusters=dataclasses.replace(cause.clusters, alpha=cause.clusters.alpha / 2))
+    def half(columns: list[int], canned: bool) -> Cause:
+        scores, clusters = _attributed(columns, item_blame, ids, item_ids, assignment, config)
+        cause = Cause(tuple(item_ids[c] for c in columns), scores, dataclasses.replace(clusters, alpha=clusters.alpha / 2),
+                      canned=canned)
+        return _jackknifed(cause, item_blame, ids, item_ids, assignment, config)
 
-    canned = _jackknifed(halved(Cause(tuple(item_ids[c] for c in reply),
-                                      *_attributed(reply, item_blame, ids, item_ids, assignment, config), canned=True)),
-                         item_blame, ids, item_ids, assignment, config)
+    canned = half(reply, canned=True)
     if canned.accused is None:
         return None
-    rest = [column for column in range(len(item_ids)) if column not in reply]
-    others = _jackknifed(halved(Cause(tuple(item_ids[c] for c in rest),
-                                      *_attributed(rest, item_blame, ids, item_ids, assignment, config))),
-                         item_blame, ids, item_ids, assignment, config)
+    others = half([column for column in range(len(item_ids)) if column not in reply], canned=False)
     if {s.name for s in canned.clusters.accused_all} & {s.name for s in others.clusters.accused_all}:
         return None  # the same cluster behind the reply and the other items: one cause, its items attributed together
     causes = sorted([canned, others], key=lambda c: (c.accused is None, -(c.accused.z if c.accused else 0.0)))

@@ -458,9 +458,8 @@ def _query_signal_dict(choice: QuerySignalChoice | Mapping[str, Any] | None) -> 
     if choice is None:
         return {"requested": None, "effective": None, "note": None}
     if isinstance(choice, Mapping):
-        out = {"requested": choice.get("requested"), "effective": choice.get("effective"), "note": choice.get("note")}
-        whole = choice.get("whole_answer_items")
-        return out | ({"whole_answer_items": list(whole)} if whole else {})
+        choice = QuerySignalChoice(requested=choice.get("requested"), effective=choice.get("effective"),
+                                   note=choice.get("note"), whole_answer_items=tuple(choice.get("whole_answer_items") or ()))
     if isinstance(choice, QuerySignalChoice):
         return choice.to_dict()
     return {"requested": choice.requested, "effective": choice.effective, "note": getattr(choice, "note", None)}
