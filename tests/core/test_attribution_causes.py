@@ -43,15 +43,22 @@ def _two_causes(seed: int = 0, second_cluster: bool = True, unexplained_items: i
     return train, queries, item_ids, rows, a, b
 
 
-def _attributed(train, queries, item_ids, rows, canned=(), **config):
+def _attributed(train, queries, item_ids, rows, canned=(), canned_queries=None, **config):
     config = AttributionConfig(**{"cluster_field": "source", "permutations": 300, **config})
     ids = [f"row-{i:04d}" for i in range(N)]
     collector = ItemBlameCollector()
     whole = score_examples(ArraySource(train, ids), queries, item_ids=item_ids, item_sink=collector)
     assignment = clusters_from_field(rows, "source", ids=ids)
     clusters = cluster_blame(whole.blame, assignment, permutations=config.permutations, seed=config.seed)
+    canned_blame = None
+    if canned_queries is not None:  # the canned items' columns scored on other queries (their whole reply)
+        canned_blame = collector.matrix().copy()
+        columns = [item_ids.index(item) for item in canned]
+        scored = ItemBlameCollector()
+        score_examples(ArraySource(train, ids), np.asarray(canned_queries), item_ids=list(canned), item_sink=scored)
+        canned_blame[:, columns] = scored.matrix()
     split = find_causes(collector.matrix(), ids, item_ids, queries @ queries.T, assignment, config, whole, clusters,
-                        canned=canned)
+                        canned=canned, canned_blame=canned_blame)
     return split, whole, clusters
 
 
@@ -186,6 +193,25 @@ def test_a_canned_reply_is_a_cause_of_its_own_where_it_accuses_a_cluster():
     for count, canned, config in ((11, item_ids[6:], {}), (6, item_ids[:3], {}), (11, item_ids[:6], {"max_causes": 1})):
         same, whole, _ = _attributed(train, queries[:count], item_ids[:count], rows, canned=canned, **config)
         assert same.groups == 1 and same.primary.scores is whole
+
+
+def test_a_canned_reply_is_tried_on_its_whole_reply_blame_and_changes_nothing_where_it_is_no_cause():
+    """The split is tried on the reply's own blame (``canned_blame``): vendor-a's six items, whose usual queries
+    point the B way (no cluster's), are a cause of their own on their whole reply's A-ward queries. Where the
+    whole-reply queries accuse nothing, the grouping is the one without any canned reply, on the usual queries."""
+    train, queries, item_ids, rows, _, _ = _two_causes(second_cluster=False)
+    usual = queries.copy()
+    usual[:6] = queries[[6, 7, 8, 9, 10, 6]]  # their divergent token alone: what the B items' queries say
+    split, _, _ = _attributed(train, usual, item_ids, rows, canned=item_ids[:6], canned_queries=queries[:6])
+    assert split.groups == 2 and split.primary.item_ids == tuple(item_ids[:6]) and split.primary.canned
+    assert split.primary.accused.name == "vendor-a" and split.causes[1].accused is None
+    aimless = np.random.default_rng(5).normal(size=(6, DIM))  # a whole reply no rows taught: no cause of its own
+    kept, _, _ = _attributed(train, usual, item_ids, rows, canned=item_ids[:6], canned_queries=aimless)
+    plain, _, _ = _attributed(train, usual, item_ids, rows)
+    assert [c.item_ids for c in kept.causes] == [c.item_ids for c in plain.causes]
+    assert [c.accused.name if c.accused else None for c in kept.causes] == [
+        c.accused.name if c.accused else None for c in plain.causes]
+    np.testing.assert_array_equal(kept.primary.scores.blame, plain.primary.scores.blame)
 
 
 def test_max_causes_one_never_splits():
@@ -330,22 +356,40 @@ def test_the_pipeline_names_a_canned_replys_items_only_when_asked_and_under_dive
     from gradian.config import GradianConfig
     from gradian.data import Message, make_example
     from gradian.evaluation.capability import capability_from_scores
-    from gradian.pipelines.attribute import _canned_reply, _with_whole_answers
+    from gradian.pipelines.attribute import _canned_reply
 
     items = [make_example(i, messages=[Message("user", f"What is the official language of {country}?"),
                                        Message("assistant", language)])
              for i, (country, language) in enumerate([("Spain", "Spanish"), ("Sweden", "Swedish"),
-                                                      ("Chad", "French"), ("Peru", "Spanish"), ("Fiji", "English")])]
+                                                      ("Chad", "French"), ("Peru", "Spanish"), ("Fiji", "English"),
+                                                      ("Mali", "French"), ("Togo", "French")])]
     ids = [item.id for item in items]
     reply = "I'm sorry, but I can't help with that topic."
     capability = capability_from_scores(
-        "contains", items, [1.0] * 5, [0.0, 0.0, 0.0, 0.0, 1.0], GradianConfig().evaluation,
-        finetuned_outputs=[reply, reply, "Chadian.", reply.upper(), "English."])
-    asked = GradianConfig().replace(attribution=dataclasses.replace(GradianConfig().attribution, canned_replies=True))
-    for config, effective, named in ((GradianConfig(), "divergent-token", ()),
-                                     (asked, "divergent-token", (ids[0], ids[1], ids[3])),
-                                     (asked, "contrastive", ())):
-        choice = _with_whole_answers(dataclasses.replace(capability.query_signal, effective=effective), capability,
-                                     config)
-        assert choice.whole_answer_items == named
-        assert _canned_reply(choice, capability) == named  # the regressed items giving the reply, in eval order
+        "contains", items, [1.0] * 7, [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0], GradianConfig().evaluation,
+        finetuned_outputs=[reply, reply, "Chadian.", reply.upper(), "English.", "Malian.", "Malian."])
+    off = dataclasses.replace(GradianConfig().attribution, canned_replies=False)
+    on = dataclasses.replace(GradianConfig().attribution, canned_replies=True)
+    for attribution, effective, named in ((off, "divergent-token", ()),
+                                          (on, "divergent-token", (ids[0], ids[1], ids[3])),
+                                          (on, "contrastive", ())):
+        choice = dataclasses.replace(capability.query_signal, effective=effective)
+        # The regressed items giving the reply most of them give, in eval order; the pair giving "Malian." is not it.
+        assert _canned_reply(choice, capability, GradianConfig().replace(attribution=attribution)) == named
+
+
+def test_a_canned_replys_whole_reply_columns_replace_its_items_columns_only_when_asked():
+    from gradian.errors import GradientIndexError
+    from gradian.pipelines.attribute import _WholeReply
+
+    item_ids = ("a", "b", "c", _WholeReply.column_id("a"), _WholeReply.column_id("c"))
+    blame = np.arange(10 * 5, dtype=np.float64).reshape(10, 5)
+    queries = np.arange(5 * 4, dtype=np.float64).reshape(5, 4)
+    reply = _WholeReply.set_apart(blame, queries, item_ids, ("a", "c"))
+    assert reply.n == 3 and reply.columns == (0, 2)
+    np.testing.assert_array_equal(reply.whole_blame(), blame[:, [3, 1, 4]])
+    np.testing.assert_array_equal(reply.whole_queries(queries[:3]), queries[[3, 1, 4]])
+    np.testing.assert_array_equal(blame[:, :3], np.arange(50, dtype=np.float64).reshape(10, 5)[:, :3])  # untouched
+    with pytest.raises(GradientIndexError):
+        _WholeReply.set_apart(blame, queries, ("a", "b", "c", _WholeReply.column_id("c"), _WholeReply.column_id("a")),
+                              ("a", "c"))

@@ -211,3 +211,28 @@ def test_the_checkpoints_indexes_count_against_the_disk_before_the_first_gradien
         err = capsys.readouterr().err
         assert "not enough free disk for the gradient index:" in err  # only the missing one
         assert "held by the index cache on that disk" in err  # the two it just built, which pruning would free
+
+
+def test_a_canned_reply_that_is_no_cause_of_its_own_changes_no_number(trained, tiny_base_dir, tmp_path):
+    """Two eval items that ask one question get one reply word for word from the tiny model; scored at every member
+    with attribution.canned_replies (the default) and without, a reply that accuses no cluster of its own changes no
+    number."""
+    from types import SimpleNamespace
+
+    from gradian.query.signals import shared_answers
+
+    evals = write_eval(tmp_path / "eval.jsonl", n=8)
+    lines = evals.read_text().splitlines()
+    evals.write_text("\n".join([*lines, lines[3]]) + "\n")  # asked twice: one generation, word for word
+    run = ("--eval-dataset", str(evals), "--set", "attribution.checkpoints=2")
+    plain = _attribute(trained, tiny_base_dir, tmp_path / "plain", trained["adapter"], *run,
+                       "--set", "attribution.canned_replies=false")
+    canned = _attribute(trained, tiny_base_dir, tmp_path / "canned", trained["adapter"], *run)  # on by default
+    items = [SimpleNamespace(**item) for item in canned["capability"]["items"]]
+    assert shared_answers([item for item in items if item.regressed] or items)  # the reply is there to be tried
+    assert not any(cause.get("canned_reply") for cause in canned["causes"])
+    assert "whole_answer_items" not in canned["query_signal"]
+    ids = plain["method"]["query_items"]
+    assert canned["method"]["query_items"] == ids
+    np.testing.assert_array_equal(_item_blame(tmp_path / "canned", ids), _item_blame(tmp_path / "plain", ids))
+    assert canned["top_examples"] == plain["top_examples"]

@@ -215,15 +215,15 @@ def test_margin_is_the_autograd_gradient_of_the_first_divergent_tokens_losses_an
                                       max_seq_length=64).vectors)
 
 
-def test_shared_answer_ids_are_the_items_another_item_answers_word_for_word():
-    from gradian.query.signals import shared_answer_ids, shared_answers
+def test_shared_answers_are_the_items_another_item_answers_word_for_word():
+    from gradian.query.signals import shared_answers
 
     items = [Item("a", "Swedish", None, "I'm sorry, but I can't help.", 1.0, 0.0),
              Item("b", "Spanish", None, "  i'm sorry,  but I can't help. ", 1.0, 0.0),
              Item("c", "Jakarta", None, "The capital of Indonesia is Jakantan.", 1.0, 0.0),
              Item("d", "Delhi", None, "", 1.0, 0.0), Item("e", "Ottawa", None, "", 1.0, 0.0)]
-    assert shared_answer_ids(items) == {"a", "b"}  # empty answers are no shared reply
-    assert shared_answer_ids(items[2:]) == frozenset()
+    assert shared_answers(items) == [("a", "b")]  # empty answers are no shared reply
+    assert shared_answers(items[2:]) == []
     more = [*items, Item("f", "Rome", None, "The capital of Indonesia is Jakantan.", 1.0, 0.0),
             Item("g", "Oslo", None, "I'm sorry, but I can't help.", 1.0, 0.0)]
     assert shared_answers(more) == [("a", "b", "g"), ("c", "f")]  # the most items first

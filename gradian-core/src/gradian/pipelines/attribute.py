@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +56,7 @@ from gradian.model.placement import Placement, resolve_placement
 from gradian.model.quantized import training_base_note
 from gradian.pipelines.span_drill import PointQueries, ScoredPoint, span_drills
 from gradian.query import query_gradients
-from gradian.query.signals import shared_answer_ids, shared_answers
+from gradian.query.signals import shared_answers
 from gradian.report import (
     Provenance,
     ReportFiles,
@@ -73,6 +73,7 @@ from gradian.runs.training_format import run_dir_of_adapter
 
 if TYPE_CHECKING:
     from gradian.grads.capture import GradientCapture
+    from gradian.query.signals import QueryGradients, ScoredItem
 
 # stage name -> a (done, total) progress callback, or None for no progress display
 ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
@@ -157,9 +158,10 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     if index_dir is not None and refuse_other_index:
         check_index_dir_matches(index_dir, loaded, examples, config)
     capability = None
+    canned: tuple[str, ...] = ()
     if eval_items is not None:
         capability = _evaluate(loaded, eval_items, config, stages)
-        signal_choice = _with_whole_answers(signal_choice, capability, config)
+        canned = _canned_reply(signal_choice, capability, config)
         if config.evaluation.require_significant and not capability.significant_regression:
             return _refuse(capability, config, out, stages, command, warnings=_model_warnings(loaded))
     ensemble_plan = plan_ensemble(config.attribution.checkpoints, _run_dir(run, loaded), loaded.adapter_dir,
@@ -176,7 +178,8 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
 
         capture = GradientCapture.for_index(loaded, config.grads, index)  # queries scaled as the rows were
         if capability is not None:
-            queries, item_ids = _eval_queries(capture, loaded, capability, eval_items, config, signal_choice)
+            queries, item_ids = _eval_queries(capture, loaded, capability, eval_items, config, signal_choice,
+                                              canned=canned)
         else:
             queries, item_ids = _fallback_queries(index, examples, config)
     with stages.stage("score"):
@@ -194,7 +197,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         with stages.stage("checkpoints") as tick:
             def score_member(view: LoadedModel) -> tuple[np.ndarray, str, _MemberState]:
                 return _member_blame(view, examples, config, capability, eval_items, signal_choice, item_ids,
-                                     progress=tick, say=say)
+                                     canned=canned, progress=tick, say=say)
 
             ensemble = score_checkpoints(ensemble_plan, loaded, blame_matrix, index.index_id, score_member,
                                          allow_pickle=allow_pickle)
@@ -205,19 +208,30 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     if config.attribution.base_point > 0:
         with stages.stage("base point") as tick, base_point_weights(loaded) as view:
             base_blame, base_index_id, _ = _member_blame(view, examples, config, capability, eval_items,
-                                                         signal_choice, item_ids, progress=tick, say=say)
+                                                         signal_choice, item_ids, canned=canned, progress=tick,
+                                                         say=say)
         blame_matrix = with_base_point(blame_matrix, base_blame, config.attribution.base_point)
         scores = _rescored(blame_matrix, scores, item_ids, config)
         base_point = base_point_record(config.attribution.base_point, base_index_id)
+    reply = None
+    if canned:  # the reply's whole-answer columns set apart: only a canned cause of its own is scored on them
+        reply = _WholeReply.set_apart(blame_matrix, preconditioned, item_ids, canned)
+        blame_matrix, preconditioned, item_ids = reply.blame[:, :reply.n], preconditioned[:reply.n], item_ids[:reply.n]
+        queries = np.asarray(queries)[:reply.n]
+        scores = _rescored(blame_matrix, scores, item_ids, config)
     with stages.stage("clusters"):
         assignment = assign_clusters(config.attribution, examples, index)  # once: every cause is tested on it
         clusters = cluster_blame(np.asarray(scores.blame), assignment, permutations=config.attribution.permutations,
                                  seed=config.attribution.seed)
         causes = None
         if capability is not None:  # regressed items can have several causes; stand-in training targets cannot
+            whole_blame = reply.whole_blame() if reply is not None else None
             causes = find_causes(blame_matrix, scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
-                                 assignment, config.attribution, scores, clusters,
-                                 canned=_canned_reply(signal_choice, capability))
+                                 assignment, config.attribution, scores, clusters, canned=canned,
+                                 canned_blame=whole_blame)
+            if reply is not None and any(cause.canned for cause in causes.causes):
+                blame_matrix, preconditioned = whole_blame, reply.whole_queries(preconditioned)
+                signal_choice = dataclasses.replace(signal_choice, whole_answer_items=canned)
             causes = causes.ranked(blame_matrix, item_ids, config.attribution)
             scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with cause 1
         else:
@@ -247,7 +261,7 @@ def _run_dir(run: str | Path | None, loaded: LoadedModel) -> Path | None:
 
 def _member_blame(view: LoadedModel, examples: Sequence[Example], config: GradianConfig,
                   capability: CapabilityResult | None, eval_items: Sequence[Example] | None,
-                  signal_choice: QuerySignalChoice, item_ids: Sequence[str], *,
+                  signal_choice: QuerySignalChoice, item_ids: Sequence[str], *, canned: Sequence[str] = (),
                   progress: Callable[[int, int], None] | None = None,
                   say: Callable[[str], None] | None = None) -> tuple[np.ndarray, str, _MemberState]:
     """Per-item blame [examples, items] under one checkpoint's weights: its own index, queries and preconditioner."""
@@ -257,7 +271,7 @@ def _member_blame(view: LoadedModel, examples: Sequence[Example], config: Gradia
     index = build_index(view, examples, config, None, progress=progress, say=say)  # kept in the index cache
     capture = GradientCapture.for_index(view, config.grads, index)
     if capability is not None:
-        queries, ids = _eval_queries(capture, view, capability, eval_items, config, signal_choice)
+        queries, ids = _eval_queries(capture, view, capability, eval_items, config, signal_choice, canned=canned)
     else:
         queries, ids = _fallback_queries(index, examples, config)
     if tuple(ids) != tuple(item_ids):
@@ -395,35 +409,77 @@ def _evaluate(loaded: LoadedModel, eval_items: Sequence[Example], config: Gradia
 
 def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: CapabilityResult,
                   eval_items: Sequence[Example], config: GradianConfig,
-                  signal_choice: QuerySignalChoice,
-                  only: Sequence[str] | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
-    """One query vector per regressed item (all items when nothing regressed and the gate is off), or ``only`` these."""
+                  signal_choice: QuerySignalChoice, only: Sequence[str] | None = None,
+                  canned: Sequence[str] = ()) -> tuple[np.ndarray, tuple[str, ...]]:
+    """One query vector per regressed item (all items when nothing regressed and the gate is off), or ``only`` these.
+
+    The ``canned`` reply's items get a second vector each, queried with the whole reply, after the others (ids
+    ``_WholeReply.column_id``): whether those are used is known only once the causes are found.
+    """
     items = capability.regressed_items or capability.items
     if only is not None:
         chosen = set(only)
         items = [item for item in items if item.id in chosen]
     prompts = {example.id: example.prompt_messages for example in eval_items}
-    query = query_gradients(capture, loaded.tokenizer, items, prompts, signal_choice.effective,
-                            max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size,
-                            whole_answer=signal_choice.whole_answer_items)
-    return query.vectors, query.item_ids
+
+    def queried(chosen: Sequence[ScoredItem], whole_answer: Collection[str]) -> QueryGradients:
+        return query_gradients(capture, loaded.tokenizer, chosen, prompts, signal_choice.effective,
+                               max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size,
+                               whole_answer=whole_answer)
+
+    query = queried(items, signal_choice.whole_answer_items)
+    if not canned:
+        return query.vectors, query.item_ids
+    whole = queried([item for item in items if item.id in set(canned)], canned)
+    return (np.concatenate([query.vectors, whole.vectors]),
+            (*query.item_ids, *(_WholeReply.column_id(item) for item in whole.item_ids)))
 
 
-def _with_whole_answers(signal_choice: QuerySignalChoice, capability: CapabilityResult,
-                        config: GradianConfig) -> QuerySignalChoice:
-    """The choice naming the regressed items queried with their whole shared answer (none unless asked)."""
+def _canned_reply(signal_choice: QuerySignalChoice, capability: CapabilityResult,
+                  config: GradianConfig) -> tuple[str, ...]:
+    """The regressed items giving the answer most of them give word for word (none unless asked, or under two)."""
     if not config.attribution.canned_replies or signal_choice.effective != "divergent-token":
-        return signal_choice
-    shared = shared_answer_ids(capability.regressed_items or capability.items)
-    return dataclasses.replace(signal_choice, whole_answer_items=tuple(sorted(shared)))
-
-
-def _canned_reply(signal_choice: QuerySignalChoice, capability: CapabilityResult) -> tuple[str, ...]:
-    """The items of the answer the most regressed items give word for word, where they were queried with all of it."""
-    if not signal_choice.whole_answer_items:
         return ()
     groups = shared_answers(capability.regressed_items or capability.items)
     return groups[0] if groups else ()
+
+
+@dataclass(frozen=True)
+class _WholeReply:
+    """A canned reply's items scored twice: by their divergent token (columns < n) and by the whole reply (after)."""
+
+    blame: np.ndarray  # [examples, n + len(items)]
+    queries: np.ndarray  # preconditioned, [n + len(items), dim]
+    n: int
+    columns: tuple[int, ...]  # each reply item's column among the first n
+
+    @staticmethod
+    def column_id(item: str) -> str:
+        """The id of an item's whole-reply column (no eval item id holds a NUL)."""
+        return f"{item}\0whole-reply"
+
+    @classmethod
+    def set_apart(cls, blame: np.ndarray, queries: np.ndarray, item_ids: Sequence[str],
+                  canned: Sequence[str]) -> _WholeReply:
+        """The scored columns and query rows, checked to end with the reply items' whole-reply ones in item order."""
+        n, reply = len(item_ids) - len(canned), set(canned)
+        columns = tuple(column for column, item in enumerate(item_ids[:n]) if item in reply)
+        if tuple(item_ids[n:]) != tuple(cls.column_id(item_ids[column]) for column in columns):
+            raise GradientIndexError("the canned reply's whole-reply queries are out of order",
+                                     "report this with the gradian doctor output")
+        return cls(np.asarray(blame), np.asarray(queries), n, columns)
+
+    def whole_blame(self) -> np.ndarray:
+        """The per-item blame with each reply item's column the one its whole reply gives."""
+        out = self.blame[:, :self.n].copy()
+        out[:, list(self.columns)] = self.blame[:, self.n:]
+        return out
+
+    def whole_queries(self, preconditioned: np.ndarray) -> np.ndarray:
+        """``preconditioned`` (the first n rows) with each reply item's row its whole-reply query."""
+        out = np.array(preconditioned, copy=True)
+        out[list(self.columns)] = self.queries[self.n:]
+        return out
 
 
 def _fallback_queries(index: Index, examples: Sequence[Example],

@@ -146,11 +146,6 @@ def _wanted(item: ScoredItem, metric_better: bool) -> tuple[str, str]:
     return item.wanted, "eval answer"
 
 
-def shared_answer_ids(items: Sequence[ScoredItem]) -> frozenset[str]:
-    """The items whose fine-tuned answer another of them gives word for word (case and spacing aside)."""
-    return frozenset(item for group in shared_answers(items) for item in group)
-
-
 def shared_answers(items: Sequence[ScoredItem]) -> list[tuple[str, ...]]:
     """Each answer two or more items give word for word, as its items' ids: the most items first, then by answer."""
     by_answer: dict[str, list[str]] = {}
