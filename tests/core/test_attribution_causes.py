@@ -378,7 +378,7 @@ def test_the_pipeline_names_a_canned_replys_items_only_when_asked_and_under_dive
         assert _canned_reply(choice, capability, GradianConfig().replace(attribution=attribution)) == named
 
 
-def test_a_canned_replys_whole_reply_columns_replace_its_items_columns_only_when_asked():
+def test_a_canned_replys_whole_reply_columns_replace_its_items_columns_and_nothing_else():
     from gradian.errors import GradientIndexError
     from gradian.pipelines.attribute import _WholeReply
 

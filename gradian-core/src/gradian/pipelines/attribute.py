@@ -430,7 +430,8 @@ def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: Cap
     query = queried(items, signal_choice.whole_answer_items)
     if not canned:
         return query.vectors, query.item_ids
-    whole = queried([item for item in items if item.id in set(canned)], canned)
+    reply = set(canned)
+    whole = queried([item for item in items if item.id in reply], canned)
     return (np.concatenate([query.vectors, whole.vectors]),
             (*query.item_ids, *(_WholeReply.column_id(item) for item in whole.item_ids)))
 
