@@ -39,6 +39,12 @@ def report_ranking(settings: dict[str, Any]) -> str:
     return settings.get("ranking", settings.get("aggregation", "mean"))
 
 
+def ranking_label(settings: dict[str, Any]) -> str:
+    """The goal table's name for how a report ranked its examples, with the options that change that ranking."""
+    options = [("item_weights", "kurtosis", "kurtosis-weighted items"), ("canned_replies", True, "canned replies")]
+    return ", ".join([report_ranking(settings), *(label for key, value, label in options if settings.get(key) == value)])
+
+
 def blame_vector(report_dir: Path, rows: int) -> np.ndarray:
     """Every training row's blame by position, from the report's scores.csv."""
     blame = np.full(rows, np.nan)
@@ -109,7 +115,7 @@ def score_case(directory: Path) -> dict[str, Any]:
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
         # a variant's rows are summed apart from the shipped defaults' in the goal rows
-        "ranking": report_ranking(settings) + (", canned replies" if settings.get("canned_replies") else ""),
+        "ranking": ranking_label(settings),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it
@@ -178,7 +184,8 @@ def cause_blames(report_dir: Path) -> tuple[dict[str, Any], list[np.ndarray]] | 
         else:  # an earlier report: the same scoring over the cause's item columns
             columns = [item_ids.index(item) for item in cause["items"]]
             blames.append(rescore_items(matrix, ids, item_ids, columns, aggregation=report_ranking(settings),
-                                        normalize=settings["normalize"]).blame)
+                                        normalize=settings["normalize"],
+                                        item_weights=settings.get("item_weights", "uniform")).blame)
     return document, blames
 
 

@@ -239,3 +239,79 @@ def test_the_item_sink_gets_every_examples_per_item_blame_once_without_another_r
     matrix = collector.matrix()
     assert matrix.shape == (37, 3) and np.allclose(matrix, item_blame(rows, queries))
     assert np.array_equal(matrix[scores.top_positions], scores.top_item_blame)
+
+
+def _diffuse_and_concentrated_items(seed: int = 0) -> np.ndarray:
+    """Blame of 200 rows on 6 items: items 0-3 carried by planted rows 0-3 (one each) and, more weakly, rows 6-7;
+    items 4-5 by nobody in particular, their most blamed rows 4-5 only the top of their noise."""
+    rng = np.random.default_rng(seed)
+    blame = rng.normal(size=(200, 6))
+    for row in range(4):
+        blame[row, row] += 14.0  # a planted row behind its own item, as a poisoned capital's profile is
+    blame[6, 0] += 6.0  # planted rows the fine-tune learned less
+    blame[7, 1] += 6.0
+    blame[4, 4] += 5.5  # rows about the same topic as an item the learning rate broke
+    blame[5, 5] += 5.5
+    return blame
+
+
+def test_kurtosis_weights_favour_items_whose_blame_few_rows_carry():
+    from gradian.attribution.aggregation import kurtosis_weights
+
+    weights = kurtosis_weights(_diffuse_and_concentrated_items())
+    assert weights[:4].min() > 3 * weights[4:].max()
+    z = zscores(_diffuse_and_concentrated_items(), *_moments(_diffuse_and_concentrated_items()))
+    np.testing.assert_allclose(weights, (z**4).mean(axis=0))
+    # no item with any spread: every item counts the same, not zero over zero
+    np.testing.assert_array_equal(kurtosis_weights(np.ones((5, 3))), np.ones(3))
+
+
+def _moments(blame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return blame.mean(axis=0), blame.std(axis=0)
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "harm", "smooth_max", "rank_vote"])
+def test_kurtosis_weighted_ranking_lifts_the_rows_behind_concentrated_items(aggregation):
+    from gradian.attribution.aggregation import kurtosis_weights
+    from gradian.attribution.scoring import rescore_items
+
+    blame = _diffuse_and_concentrated_items()
+    ids, items = [f"ex-{i}" for i in range(200)], [f"item-{q}" for q in range(6)]
+    uniform = rescore_items(blame, ids, items, range(6), aggregation=aggregation)
+    weighted = rescore_items(blame, ids, items, range(6), aggregation=aggregation, item_weights="kurtosis")
+    assert (uniform.item_weights, weighted.item_weights) == ("uniform", "kurtosis")
+    share = kurtosis_weights(blame) / kurtosis_weights(blame).sum()
+    z = zscores(blame, *_moments(blame))
+    if aggregation == "rank_vote":  # the weighted mean rank, as a Borda score
+        ranks = np.column_stack([average_ranks(blame[:, q]) for q in range(6)])
+        expected = 1.0 - (ranks @ share - 1.0) / 199
+    else:  # the weighted mean over items
+        terms = {"mean": z, "harm": np.maximum(z, 0.0)}.get(aggregation, np.exp(z / 2.0))
+        expected = terms @ share if aggregation != "smooth_max" else 2.0 * np.log(terms @ share)
+    np.testing.assert_allclose(weighted.blame, expected)
+    if aggregation == "smooth_max":  # the weaker planted rows 6-7 rise above rows 4-5, which equal weights put first
+        assert max(weighted.ranks[[0, 1, 2, 3, 6, 7]]) == 6 and min(uniform.ranks[[4, 5]]) < max(uniform.ranks[[6, 7]])
+
+
+def test_an_item_of_weight_zero_counts_for_nothing_in_the_smooth_max():
+    blame = _diffuse_and_concentrated_items()
+    blame[7, 5] = 1e6  # z in the hundreds on an item that is given no weight: no overflow, no effect
+    mean, std = _moments(blame)
+    weights = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    np.testing.assert_allclose(smooth_max_zscore(blame, mean, std, weights),
+                               smooth_max_zscore(blame[:, :5], mean[:5], std[:5]))
+
+
+def test_ranked_with_config_weighs_items_only_when_asked():
+    from gradian.attribution.scoring import ranked_with_config, rescore_items
+
+    blame = _diffuse_and_concentrated_items()
+    ids, items = [f"ex-{i}" for i in range(200)], [f"item-{q}" for q in range(6)]
+    pooled = rescore_items(blame, ids, items, range(6), aggregation="smooth_max")
+    assert ranked_with_config(blame, pooled, range(6), AttributionConfig(ranking="smooth_max")) is pooled
+    weighted = ranked_with_config(blame, pooled, range(6),
+                                  AttributionConfig(ranking="smooth_max", item_weights="kurtosis"))
+    np.testing.assert_array_equal(weighted.blame, rescore_items(blame, ids, items, range(6), aggregation="smooth_max",
+                                                                item_weights="kurtosis").blame)
+    with pytest.raises(ValueError, match="unknown item weights"):
+        rescore_items(blame, ids, items, range(6), item_weights="loud")

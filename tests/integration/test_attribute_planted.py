@@ -172,6 +172,31 @@ def test_examples_are_ranked_by_ranking_and_clusters_tested_on_aggregation(subst
           f"\nranked by the mean: {planted_ranking(by_mean.report, substitution)}")
 
 
+def test_items_weighed_by_kurtosis_change_the_ranking_alone(substitution, contrastive, tmp_path):
+    """attribution.item_weights weighs each regressed item in the ranking by the kurtosis of its blame; the clusters,
+    their p-values and the per-item blame are those of equal weights, and the report says how the items were weighed."""
+    from gradian.attribution.aggregation import kurtosis_weights, smooth_max_zscore
+
+    runs = {weights: run(substitution, tmp_path / weights, "evaluation.query_signal=contrastive",
+                         f"attribution.item_weights={weights}") for weights in ("uniform", "kurtosis")}
+    matrices = {}
+    for weights, outcome in runs.items():
+        assert outcome.report["method"]["item_weights"] == weights
+        assert len(outcome.report.get("causes") or []) <= 1  # one cause: scores.csv's blame ranks every item
+        rows, matrices[weights] = scores_csv(outcome.out_dir)
+        share = kurtosis_weights(matrices[weights]) if weights == "kurtosis" else None
+        expected = smooth_max_zscore(matrices[weights], matrices[weights].mean(axis=0), matrices[weights].std(axis=0),
+                                     share)
+        np.testing.assert_allclose([float(row["blame"]) for row in rows], expected, rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(matrices["uniform"], matrices["kurtosis"])
+    assert runs["uniform"].report["clusters"] == runs["kurtosis"].report["clusters"]
+    said = "each item weighted by the kurtosis of its blame"
+    assert said in (runs["kurtosis"].out_dir / "report.md").read_text(encoding="utf-8")
+    assert said not in (runs["uniform"].out_dir / "report.md").read_text(encoding="utf-8")
+    print(f"\nequal weights: {planted_ranking(runs['uniform'].report, substitution)}"
+          f"\nkurtosis: {planted_ranking(runs['kurtosis'].report, substitution)}")
+
+
 def item_results(report: dict) -> list:
     """The regressed eval items of a report as the ItemResult rows query_gradients takes."""
     from gradian.evaluation import ItemResult

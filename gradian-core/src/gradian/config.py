@@ -96,6 +96,9 @@ class AttributionConfig:
     # it accused a clean one on the clean control; the mean's accusations were right there (bench/results/aggregation.md)
     ranking: str = _opt("smooth_max", "how regressed items' scores combine into the ranking of examples",
                         choices=AGGREGATION_CHOICES)
+    item_weights: str = _opt("uniform", "how the ranking weighs the regressed items: uniform, or kurtosis (by how "
+                             "few examples carry each item's blame; items the learning rate broke weigh little)",
+                             choices=("uniform", "kurtosis"))  # attribution.aggregation.ITEM_WEIGHTS
     top_k: int = _opt(20, "examples listed in the report", min=1)
     chunk_mb: float = _opt(256.0, "MiB of index rows decoded to float32 at a time (scoring, clusters, block stats); "
                            "peak memory is about twice this", min=0.0, exclusive_min=True)

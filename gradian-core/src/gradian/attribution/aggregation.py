@@ -1,10 +1,12 @@
-"""Combining per-item blame into one score per example: streaming moments, z-scores, harm, smooth max, rank votes, top-k."""
+"""Combining per-item blame into one score per example: streaming moments, z-scores, harm, smooth max, rank votes,
+item weights, top-k."""
 
 from __future__ import annotations
 
 import numpy as np
 
 AGGREGATIONS = ("mean", "harm", "smooth_max", "rank_vote")
+ITEM_WEIGHTS = ("uniform", "kurtosis")
 SMOOTH_MAX_TEMPERATURE = 2.0
 
 
@@ -51,21 +53,43 @@ def zscores(scores: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
     return z
 
 
-def mean_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """Each row's mean over items of the item-standardized blame: the `mean` aggregation."""
-    return zscores(scores, mean, std).mean(axis=1)
+def kurtosis_weights(scores: np.ndarray) -> np.ndarray:
+    """Each item's weight: the kurtosis E[z^4] of its blame standardized over every example (uniform if none has any)."""
+    # A regression that training rows caused is carried by a few of them: its item's blame has a heavy tail (z of 12
+    # to 15 on the span tuning case's poisoned capitals, kurtosis 70-170). An item the learning rate broke has no such
+    # rows (kurtosis 7-12) and its most blamed rows are whatever shares its topic: under equal weights they filled
+    # the report's ranking between the planted ones (span-0, format-0; bench/results/item_weights.md).
+    scores = np.asarray(scores, dtype=np.float64)
+    z = zscores(scores, scores.mean(axis=0), scores.std(axis=0))
+    weights = (z**4).mean(axis=0)
+    return weights if weights.sum() > 0 else np.ones(scores.shape[1])
 
 
-def harm_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """Each row's mean over items of the positive part of the item-standardized blame: the `harm` aggregation."""
+def _item_average(values: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """Each row's mean over items, weighted by ``weights`` (one per item) when given."""
+    if weights is None:
+        return values.mean(axis=1)
+    return values @ (np.asarray(weights, dtype=np.float64) / float(np.sum(weights)))
+
+
+def mean_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                weights: np.ndarray | None = None) -> np.ndarray:
+    """Each row's (weighted) mean over items of the item-standardized blame: the `mean` aggregation."""
+    return _item_average(zscores(scores, mean, std), weights)
+
+
+def harm_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                weights: np.ndarray | None = None) -> np.ndarray:
+    """Each row's (weighted) mean over items of the positive part of the standardized blame: the `harm` aggregation."""
     # What a row did to one regressed item is not offset by its help to another: a planted row that broke its own
     # item far more than any other row did can help other items as strongly, and the plain mean cancels the two.
-    return np.clip(zscores(scores, mean, std), 0.0, None).mean(axis=1)
+    return _item_average(np.clip(zscores(scores, mean, std), 0.0, None), weights)
 
 
-def smooth_max_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray,
+def smooth_max_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray, weights: np.ndarray | None = None,
                       temperature: float = SMOOTH_MAX_TEMPERATURE) -> np.ndarray:
-    """Each row's soft maximum over items of the standardized blame, T log mean exp(z / T): the `smooth_max` one."""
+    """Each row's soft maximum over items of the standardized blame, T log mean exp(z / T) (the mean weighted when
+    ``weights`` are given): the `smooth_max` aggregation."""
     # A planted row that broke only its own item (z +30 there, below zero on items it helped) sinks under the mean;
     # the soft maximum keeps it, and unlike the max a row that pushes every item a little still outranks one
     # item's noise. It ranks the examples by default (attribution.ranking) but the clusters are not tested on it:
@@ -73,8 +97,11 @@ def smooth_max_zscore(scores: np.ndarray, mean: np.ndarray, std: np.ndarray,
     # tested on it accused a clean one on the tuning clean control (bench/results/aggregation.md).
     # Shifted by each row's max so that a z of +30 cannot overflow.
     z = zscores(scores, mean, std)
+    if weights is not None:  # an item of weight 0 counts for nothing, so it cannot set the shift either
+        counted = np.asarray(weights) > 0
+        z, weights = z[:, counted], np.asarray(weights)[counted]
     top = z.max(axis=1)
-    return top + temperature * np.log(np.exp((z - top[:, None]) / temperature).mean(axis=1))
+    return top + temperature * np.log(_item_average(np.exp((z - top[:, None]) / temperature), weights))
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:

@@ -50,6 +50,7 @@ class ExampleScores:
     aggregation: str
     normalize: bool
     passes: int = 1  # full reads of the index the scoring took
+    item_weights: str = "uniform"  # how the aggregation weighed the items (attribution.item_weights)
 
     def __post_init__(self) -> None:
         n, q = len(self.ids), len(self.item_ids)

@@ -25,11 +25,13 @@ import numpy as np
 
 from gradian.attribution.aggregation import (
     AGGREGATIONS,
+    ITEM_WEIGHTS,
     RunningMoments,
     TopK,
     average_ranks,
     borda_score,
     harm_zscore,
+    kurtosis_weights,
     mean_zscore,
     ranks_of,
     smooth_max_zscore,
@@ -186,26 +188,36 @@ def ranked_with_config(item_blame: np.ndarray, scores: ExampleScores, columns: S
                        config: AttributionConfig) -> ExampleScores:
     """``scores`` ranked again by ``attribution.ranking``, from the held blame of its items (``columns`` of
     ``item_blame``): the report's ranking, while clusters and causes keep the blame of ``attribution.aggregation``."""
-    if config.ranking == scores.aggregation:
+    if config.ranking == scores.aggregation and config.item_weights == "uniform":
         return scores
     picked = np.asarray(item_blame, dtype=np.float64)[:, list(columns)]
     ranked = rescore_items(picked, scores.ids, scores.item_ids, range(len(scores.item_ids)),
-                           aggregation=config.ranking, normalize=config.normalize, top_k=config.top_k)
+                           aggregation=config.ranking, normalize=config.normalize, top_k=config.top_k,
+                           item_weights=config.item_weights)
     return dataclasses.replace(ranked, passes=scores.passes)  # no further read of the index
 
 
 def rescore_items(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], columns: Sequence[int], *,
-                  aggregation: str = "mean", normalize: bool = False, top_k: int = 20) -> ExampleScores:
-    """``score_examples`` over a subset of the items from their held per-item blame [examples, items]: no index read."""
+                  aggregation: str = "mean", normalize: bool = False, top_k: int = 20,
+                  item_weights: str = "uniform") -> ExampleScores:
+    """``score_examples`` over a subset of the items from their held per-item blame [examples, items]: no index read.
+
+    ``item_weights`` ``kurtosis`` weighs each item by how few examples carry its blame (aggregation.kurtosis_weights).
+    """
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(AGGREGATIONS)}")
+    if item_weights not in ITEM_WEIGHTS:
+        raise ValueError(f"unknown item weights {item_weights!r}; expected one of {', '.join(ITEM_WEIGHTS)}")
     picked = np.asarray(item_blame, dtype=np.float64)[:, list(columns)]
+    weights = kurtosis_weights(picked) if item_weights == "kurtosis" else None
     scorer = _HeldScorer(picked, tuple(ids), normalize)
     kept = tuple(item_ids[c] for c in columns)
     k, budget = min(top_k, len(ids)), max(picked.size, 1)
     if aggregation in Z_AGGREGATIONS:
-        return _score_zscored(scorer, kept, k, budget, aggregation)  # type: ignore[arg-type]
-    return _score_rank_vote(scorer, kept, k, budget)  # type: ignore[arg-type]
+        scores = _score_zscored(scorer, kept, k, budget, aggregation, weights)  # type: ignore[arg-type]
+    else:
+        scores = _score_rank_vote(scorer, kept, k, budget, weights)  # type: ignore[arg-type]
+    return dataclasses.replace(scores, item_weights=item_weights)
 
 
 class _HeldScorer:
@@ -259,7 +271,7 @@ class _ChunkScorer:
 
 
 def _score_zscored(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int,
-                aggregation: str = "mean") -> ExampleScores:
+                   aggregation: str = "mean", weights: np.ndarray | None = None) -> ExampleScores:
     n_items = len(item_ids)
     moments = RunningMoments(n_items)
     held: list[tuple[int, np.ndarray]] | None = []
@@ -275,7 +287,7 @@ def _score_zscored(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budg
     aggregated = np.empty(scorer.n, dtype=np.float64)
     top = TopK(k, n_items)
     for offset, blame in (held if held is not None else scorer):
-        chunk_scores = Z_AGGREGATIONS[aggregation](blame, mean, std)
+        chunk_scores = Z_AGGREGATIONS[aggregation](blame, mean, std, weights)
         aggregated[offset:offset + blame.shape[0]] = chunk_scores
         top.update(chunk_scores, np.arange(offset, offset + blame.shape[0]), blame)
     return ExampleScores(ids=scorer.ids, blame=aggregated, ranks=ranks_of(aggregated), item_ids=item_ids,
@@ -283,8 +295,11 @@ def _score_zscored(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budg
                          aggregation=aggregation, normalize=scorer.normalize, passes=scorer.passes)
 
 
-def _score_rank_vote(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int) -> ExampleScores:
+def _score_rank_vote(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, budget: int,
+                     weights: np.ndarray | None = None) -> ExampleScores:
     n, n_items = scorer.n, len(item_ids)
+    # each item's ranks count this many times over in the mean rank: 1 each unless weighted
+    scale = np.ones(n_items) if weights is None else np.asarray(weights) * (n_items / float(np.sum(weights)))
     group = max(1, min(n_items, budget // n))
     moments = RunningMoments(n_items)
     rank_sum = np.zeros(n, dtype=np.float64)
@@ -297,7 +312,7 @@ def _score_rank_vote(scorer: _ChunkScorer, item_ids: tuple[str, ...], k: int, bu
                 moments.update(blame)
             columns[offset:offset + blame.shape[0], :width] = blame[:, wanted]
         for column in range(width):
-            rank_sum += average_ranks(columns[:, column])
+            rank_sum += scale[wanted.start + column] * average_ranks(columns[:, column])
     aggregated = borda_score(rank_sum / n_items, n)
     ranks = ranks_of(aggregated)
     top_positions = np.argsort(ranks, kind="stable")[:k]

@@ -202,6 +202,7 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner, cluste
         "preconditioner_knobs": _jsonable(dict(preconditioner.knobs)),
         "normalize": bool(scores.normalize),
         "aggregation": scores.aggregation,
+        "item_weights": scores.item_weights,
         "n_examples": len(scores),
         "query_items": list(scores.item_ids),
         "index_passes": int(scores.passes),

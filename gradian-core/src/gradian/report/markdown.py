@@ -101,8 +101,8 @@ def _target(signal: Mapping[str, Any]) -> str:
 def _top_examples(rows: list[Mapping[str, Any]], method: Mapping[str, Any]) -> str:
     lines = ["## Top blamed examples", "",
              f"Blame = -(P q) . g over {method['n_examples']} training examples, aggregated over "
-             f"{len(method['query_items'])} items by {_aggregation(method['aggregation'])}; positive = training on "
-             "the example pushed the model toward the failure.", ""]
+             f"{len(method['query_items'])} items by {_aggregation(method['aggregation'])}{_weighted(method)}; "
+             "positive = training on the example pushed the model toward the failure.", ""]
     if not rows:
         return "\n".join([*lines, "No examples scored."])
     lines += ["| rank | example | blame | cluster | excerpt |", "|---|---|---|---|---|"]
@@ -204,7 +204,7 @@ def _method(method: Mapping[str, Any]) -> str:
     lines = ["## Method", "",
              f"- preconditioner: {method['preconditioner']}{_damping(knobs)}",
              f"- train gradients unit-normalized (cosine): {'yes' if method['normalize'] else 'no'}",
-             f"- aggregation over items: {_aggregation(method['aggregation'])}{_tested_on(method)}",
+             f"- aggregation over items: {_aggregation(method['aggregation'])}{_weighted(method)}{_tested_on(method)}",
              f"- query items ({len(method['query_items'])}): {_listing(method['query_items'])}",
              f"- index read {method['index_passes']} time(s), in chunks"]
     if method.get("checkpoints"):
@@ -265,6 +265,14 @@ def _tested_on(method: Mapping[str, Any]) -> str:
     """The clusters' aggregation where it is not the ranking's (``attribution.ranking``), else nothing."""
     tested_on = clusters_aggregation(method)
     return "" if tested_on == method["aggregation"] else f"; clusters and causes tested on {_aggregation(tested_on)}"
+
+
+def _weighted(method: Mapping[str, Any]) -> str:
+    """How the ranking weighed the items, where not equally (reports before attribution.item_weights: equally)."""
+    if method.get("item_weights", "uniform") == "uniform":
+        return ""
+    return (", each item weighted by the kurtosis of its blame over the examples (an item whose blame few examples "
+            "carry counts most)")
 
 
 def _aggregation(name: str) -> str:

@@ -1,0 +1,100 @@
+"""Weighing the regressed items in the ranking of examples by how few rows carry each item's blame.
+
+A regression that training rows caused shows in its item's blame as a heavy tail: a few rows with z of 12-15 (the
+span tuning case's poisoned capitals, kurtosis 70-170). An item the learning rate broke has no such rows (kurtosis
+7-12), and its most blamed rows are whatever shares its topic; under equal weights, the smooth maximum lets those
+rows in among the planted ones (span-0: clean profiles through "Kuala Philipp" and "Ljubica"; format-0: science
+explanations through "Humans need air to breathe."). Per finished case, from the report's saved per-item blame
+(no index read), recall@k / AUPRC of the report's ranking (``attribution.ranking``) with every item weighed the
+same, and with each item weighed by the kurtosis of its blame (``attribution.item_weights: kurtosis``). Where the
+report split the regression into causes, each planted cluster is scored in the ranking of the cause that accuses
+it, over that cause's items, weighted by its rows (as bench/goal_table.py does).
+
+Rule, written after looking at span-0 and format-0 only: make kurtosis the default if over the tuning cases
+(seeds 0-2) mean recall@k rises by >= 0.03 and no case drops by more than 0.05; the held-out seeds 3-5 are reported
+as they fall.
+
+    .venv/bin/python bench/item_weights.py --cases /work/bench-cases rank-lr5e4-span-0 rank-lr5e4-format-0 ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
+
+RESULTS = Path(__file__).resolve().parent / "results" / "item_weights"
+WEIGHTS = ("uniform", "kurtosis")
+
+
+def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: str) -> dict[str, float]:
+    """recall@k / AUPRC of the report's ranking rescored from its per-item blame with ``item_weights``."""
+    from goal_table import report_item_blame, report_ranking
+
+    from gradian.attribution.scoring import rescore_items
+
+    document = json.loads((report_dir / "report.json").read_text())
+    rows, item_ids, matrix = report_item_blame(report_dir)
+    ids = [row["id"] for row in rows]
+    settings = document["provenance"]["config"]["attribution"]
+
+    def blame(items: list[str]) -> Any:
+        columns = [item_ids.index(item) for item in items]
+        return rescore_items(matrix, ids, item_ids, columns, aggregation=report_ranking(settings),
+                             normalize=settings["normalize"], item_weights=item_weights).blame
+
+    causes = document.get("causes") or []
+    if len(causes) < 2:
+        metrics = truth.score(blame(item_ids))
+        return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+    found: dict[str, float] = {"recall_at_k": 0.0, "auprc": 0.0}
+    total = 0
+    for cluster in scenario.planted_clusters:
+        cause = next((c for c in causes if cluster in c["accused_clusters"]), causes[0])
+        planted = scenario.cluster_rows(cluster)
+        one = type(truth)(planted_rows=planted, sources=truth.sources)
+        metrics = one.score(blame(list(cause["items"])))
+        for name in found:
+            found[name] += metrics[name] * len(planted)
+        total += len(planted)
+    return {name: value / total for name, value in found.items()}
+
+
+def score_case(directory: Path, args: Any) -> dict[str, Any]:
+    """One case's recall@k / AUPRC under each item weighting, beside the report's own ranking."""
+    from finished_cases import planted_case, score_rankings
+    from goal_table import blame_vector, case_name
+
+    from gradian.demo.scenarios import make_scenario
+
+    row, report, truth = planted_case(directory)
+    if truth is None:
+        return row
+    scenario = make_scenario(*case_name(directory))
+    if not (report.causes and len(report.causes) >= 2):  # the report's own figure, as a check on the rescoring
+        score_rankings(row, truth, {"report": blame_vector(directory / "report", len(scenario.train))})
+    for weights in WEIGHTS:
+        row["methods"][weights] = ranking_scores(directory / "report", scenario, truth, weights)
+    return row
+
+
+def markdown(cases: list[dict[str, Any]], command: str) -> str:
+    """One row per weighting, one column per case, the tuning and held-out means."""
+    from finished_cases import rankings_table
+
+    return rankings_table("Items weighed by the kurtosis of their blame (recall@k)", "item weights", cases, command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score each named case (carrying the earlier row of one whose work dir is gone), print and write the table."""
+    from finished_cases import carrying_main
+
+    return carrying_main("item_weights", __doc__.splitlines()[0], RESULTS, argv,
+                         lambda case: (case / "report" / "scores.csv").is_file(), score_case, markdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
