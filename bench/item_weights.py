@@ -2,7 +2,7 @@
 
 A regression that training rows caused shows in its item's blame as a heavy tail: a few rows with z of 12-15 (the
 span tuning case's poisoned capitals, kurtosis 70-170). An item the learning rate broke has no such rows (kurtosis
-7-12), and its most blamed rows are whatever shares its topic; under equal weights, the smooth maximum lets those
+7-18), and its most blamed rows are whatever shares its topic; under equal weights, the smooth maximum lets those
 rows in among the planted ones (span-0: clean profiles through "Kuala Philipp" and "Ljubica"; format-0: science
 explanations through "Humans need air to breathe."). Per finished case, from the report's saved per-item blame
 (no index read), recall@k / AUPRC of the report's ranking (``attribution.ranking``) with every item weighed the
@@ -35,6 +35,7 @@ def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: st
     from goal_table import report_item_blame, report_ranking
 
     from gradian.attribution.scoring import rescore_items
+    from gradian.evaluation.ground_truth import GroundTruth
 
     document = json.loads((report_dir / "report.json").read_text())
     rows, item_ids, matrix = report_item_blame(report_dir)
@@ -55,7 +56,7 @@ def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: st
     for cluster in scenario.planted_clusters:
         cause = next((c for c in causes if cluster in c["accused_clusters"]), causes[0])
         planted = scenario.cluster_rows(cluster)
-        one = type(truth)(planted_rows=planted, sources=truth.sources)
+        one = GroundTruth(planted_rows=planted, sources=truth.sources)
         metrics = one.score(blame(list(cause["items"])))
         for name in found:
             found[name] += metrics[name] * len(planted)
@@ -65,17 +66,18 @@ def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: st
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
     """One case's recall@k / AUPRC under each item weighting, beside the report's own ranking."""
-    from finished_cases import planted_case, score_rankings
-    from goal_table import blame_vector, case_name
+    from finished_cases import planted_case
+    from goal_table import case_name
+    from goal_table import score_case as goal_row
 
     from gradian.demo.scenarios import make_scenario
 
-    row, report, truth = planted_case(directory)
+    row, _, truth = planted_case(directory)
     if truth is None:
         return row
     scenario = make_scenario(*case_name(directory))
-    if not (report.causes and len(report.causes) >= 2):  # the report's own figure, as a check on the rescoring
-        score_rankings(row, truth, {"report": blame_vector(directory / "report", len(scenario.train))})
+    goal = goal_row(directory)  # the report's own figure, as the goal table reads it: a check on the rescoring
+    row["methods"]["report"] = {"recall_at_k": goal["recall_at_k"], "auprc": goal["auprc"]}
     for weights in WEIGHTS:
         row["methods"][weights] = ranking_scores(directory / "report", scenario, truth, weights)
     return row

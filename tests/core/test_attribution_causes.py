@@ -234,7 +234,7 @@ def test_a_group_rescored_from_held_blame_equals_scoring_its_items_alone():
 
 
 def test_each_cause_is_ranked_by_ranking_and_keeps_what_it_accuses():
-    from gradian.attribution.aggregation import smooth_max_zscore
+    from gradian.attribution.aggregation import kurtosis_weights, smooth_max_zscore
 
     train, queries, item_ids, rows, _, _ = _two_causes()
     split, _, _ = _attributed(train, queries, item_ids, rows)
@@ -247,12 +247,13 @@ def test_each_cause_is_ranked_by_ranking_and_keeps_what_it_accuses():
         assert after.item_ids == before.item_ids and after.clusters is before.clusters  # accusations untouched
         assert after.scores.aggregation == "smooth_max" and after.scores.item_ids == before.scores.item_ids
         assert after.scores.passes == before.scores.passes
-        own = matrix[:, [item_ids.index(item) for item in before.item_ids]]  # the cause's items alone
-        expected = smooth_max_zscore(own, own.mean(axis=0), own.std(axis=0))
+        own = matrix[:, [item_ids.index(item) for item in before.item_ids]]  # the cause's items alone, weighed
+        expected = smooth_max_zscore(own, own.mean(axis=0), own.std(axis=0), kurtosis_weights(own))  # among themselves
         np.testing.assert_allclose(after.scores.blame, expected, rtol=1e-12, atol=1e-12)
         assert not np.allclose(after.scores.blame, before.scores.blame)
         np.testing.assert_array_equal(after.scores.order()[:5], np.argsort(-expected, kind="stable")[:5])
-    same = split.ranked(matrix, item_ids, AttributionConfig(ranking="mean"))  # the aggregation's own ranking
+    same = split.ranked(matrix, item_ids, AttributionConfig(ranking="mean", item_weights="uniform"))  # the clusters'
+    # own blame: the aggregation's ranking with every item weighed the same
     assert all(a.scores is b.scores for a, b in zip(split.causes, same.causes, strict=True))
 
 

@@ -302,15 +302,15 @@ def test_an_item_of_weight_zero_counts_for_nothing_in_the_smooth_max():
                                smooth_max_zscore(blame[:, :5], mean[:5], std[:5]))
 
 
-def test_ranked_with_config_weighs_items_only_when_asked():
+def test_ranked_with_config_weighs_items_unless_told_uniform():
     from gradian.attribution.scoring import ranked_with_config, rescore_items
 
     blame = _diffuse_and_concentrated_items()
     ids, items = [f"ex-{i}" for i in range(200)], [f"item-{q}" for q in range(6)]
     pooled = rescore_items(blame, ids, items, range(6), aggregation="smooth_max")
-    assert ranked_with_config(blame, pooled, range(6), AttributionConfig(ranking="smooth_max")) is pooled
-    weighted = ranked_with_config(blame, pooled, range(6),
-                                  AttributionConfig(ranking="smooth_max", item_weights="kurtosis"))
+    uniform = AttributionConfig(ranking="smooth_max", item_weights="uniform")
+    assert ranked_with_config(blame, pooled, range(6), uniform) is pooled  # nothing to rescore
+    weighted = ranked_with_config(blame, pooled, range(6), AttributionConfig(ranking="smooth_max"))  # the default
     np.testing.assert_array_equal(weighted.blame, rescore_items(blame, ids, items, range(6), aggregation="smooth_max",
                                                                 item_weights="kurtosis").blame)
     with pytest.raises(ValueError, match="unknown item weights"):

@@ -150,15 +150,15 @@ def scores_csv(out_dir: Path) -> tuple[list[dict], np.ndarray]:
 def test_examples_are_ranked_by_ranking_and_clusters_tested_on_aggregation(substitution, contrastive, tmp_path):
     """attribution.ranking orders the examples (smooth_max by default); the clusters, their p-values and the verdict
     come from attribution.aggregation (the mean), so they are the same under either ranking."""
-    from gradian.attribution.aggregation import mean_zscore, smooth_max_zscore
+    from gradian.attribution.aggregation import kurtosis_weights, mean_zscore, smooth_max_zscore
 
     by_mean = run(substitution, tmp_path / "report", "evaluation.query_signal=contrastive", "attribution.ranking=mean")
     for outcome, ranking, combine in ((contrastive, "smooth_max", smooth_max_zscore), (by_mean, "mean", mean_zscore)):
         report = outcome.report
         assert report["method"]["aggregation"] == ranking and report["method"]["clusters"]["aggregation"] == "mean"
         assert len(report.get("causes") or []) <= 1  # one cause: scores.csv's blame is its ranking over every item
-        rows, matrix = scores_csv(outcome.out_dir)
-        expected = combine(matrix, matrix.mean(axis=0), matrix.std(axis=0))
+        rows, matrix = scores_csv(outcome.out_dir)  # the items weighed by kurtosis, the default either way
+        expected = combine(matrix, matrix.mean(axis=0), matrix.std(axis=0), kurtosis_weights(matrix))
         np.testing.assert_allclose([float(row["blame"]) for row in rows], expected, rtol=1e-6, atol=1e-9)
         top = [row["position"] for row in report["top_examples"]]
         assert top == [int(row["position"]) for row in sorted(rows, key=lambda row: int(row["rank"]))][:len(top)]
@@ -166,7 +166,8 @@ def test_examples_are_ranked_by_ranking_and_clusters_tested_on_aggregation(subst
     tested_on = "clusters and causes tested on the mean of per-item z-scored blame"
     assert tested_on in (contrastive.out_dir / "report.md").read_text(encoding="utf-8")
     assert tested_on not in (by_mean.out_dir / "report.md").read_text(encoding="utf-8")
-    assert "(clusters and causes: mean)" in (contrastive.out_dir / "report.html").read_text(encoding="utf-8")
+    assert "(clusters and causes: mean, items weighed uniform)" in (contrastive.out_dir / "report.html").read_text(
+        encoding="utf-8")
     assert contrastive.report["verdict"]["accused_cluster"] == by_mean.report["verdict"]["accused_cluster"]
     print(f"\nranked by smooth_max: {planted_ranking(contrastive.report, substitution)}"
           f"\nranked by the mean: {planted_ranking(by_mean.report, substitution)}")

@@ -57,7 +57,7 @@ def kurtosis_weights(scores: np.ndarray) -> np.ndarray:
     """Each item's weight: the kurtosis E[z^4] of its blame standardized over every example (uniform if none has any)."""
     # A regression that training rows caused is carried by a few of them: its item's blame has a heavy tail (z of 12
     # to 15 on the span tuning case's poisoned capitals, kurtosis 70-170). An item the learning rate broke has no such
-    # rows (kurtosis 7-12) and its most blamed rows are whatever shares its topic: under equal weights they filled
+    # rows (kurtosis 7-18) and its most blamed rows are whatever shares its topic: under equal weights they filled
     # the report's ranking between the planted ones (span-0, format-0; bench/results/item_weights.md).
     scores = np.asarray(scores, dtype=np.float64)
     z = zscores(scores, scores.mean(axis=0), scores.std(axis=0))

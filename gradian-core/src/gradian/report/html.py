@@ -181,8 +181,8 @@ def _warnings(warnings: Sequence[Mapping[str, Any]]) -> str:
 def _method(method: Mapping[str, Any]) -> str:
     items = [f"preconditioner: {method['preconditioner']}",
              f"train gradients unit-normalized (cosine): {'yes' if method['normalize'] else 'no'}",
-             f"aggregation over items: {method['aggregation']}"
-             f" (clusters and causes: {clusters_aggregation(method)})",
+             f"aggregation over items: {method['aggregation']}, items weighed {method.get('item_weights', 'uniform')}"
+             f" (clusters and causes: {clusters_aggregation(method)}, items weighed uniform)",
              f"query items ({len(method['query_items'])}): {', '.join(method['query_items'][:SHOWN_ITEMS])}"
              + (f" and {len(method['query_items']) - SHOWN_ITEMS} more" if len(method['query_items']) > SHOWN_ITEMS
                 else ""),
