@@ -133,9 +133,7 @@ def score_case(directory: Path) -> dict[str, Any]:
                 row["overall_recall_at_k"], row["overall_auprc"] = (split["overall"]["recall_at_k"],
                                                                     split["overall"]["auprc"])
             row["by_cause"] = by_cause
-            rows_total = sum(entry["rows"] for entry in by_cause.values())
-            for metric in ("recall_at_k", "auprc"):
-                row[metric] = sum(entry[metric] * entry["rows"] for entry in by_cause.values()) / rows_total
+            row.update(weighted_by_rows(by_cause))
     return row
 
 
@@ -193,23 +191,38 @@ def cause_scores(report_dir: Path, scenario: Any, truth: Any) -> dict[str, dict[
     """Per planted cluster: recall@k / AUPRC of its rows in the blame of the cause accusing it, under ``"overall"``
     every planted row's in the overall ranking of the accusing causes, and what scores.csv ranked (None: one cause)."""
     from gradian.attribution.causes import highest_standardized
-    from gradian.evaluation.ground_truth import GroundTruth
 
     found = cause_blames(report_dir)
     if found is None:
         return None
     document, blames = found
     causes = document["causes"]
+    accusing = [blame for cause, blame in zip(causes, blames, strict=True) if cause["accused_clusters"]]
+    overall = truth.score(highest_standardized(accusing)) if len(accusing) >= 2 else None
+    return {"clusters": clusters_in_their_causes(causes, blames, scenario), "overall": overall,
+            "ranking": document["scores"].get("ranking")}
+
+
+def clusters_in_their_causes(causes: list[dict[str, Any]], blames: list[np.ndarray],
+                             scenario: Any) -> dict[str, dict[str, Any]]:
+    """Per planted cluster: recall@k / AUPRC of its rows in ``blames`` of the cause accusing it (cause 1 if none)."""
+    from gradian.evaluation.ground_truth import GroundTruth
+
+    sources = tuple(str(e.fields[scenario.cluster_field]) for e in scenario.train)
     out: dict[str, dict[str, Any]] = {}
     for cluster in scenario.planted_clusters:
         number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
         planted = scenario.cluster_rows(cluster)
-        one = GroundTruth(planted_rows=planted, sources=tuple(str(e.fields[scenario.cluster_field])
-                                                              for e in scenario.train))
+        one = GroundTruth(planted_rows=planted, sources=sources)
         out[cluster] = {"cause": number, "rows": len(planted), **one.score(blames[number - 1])}
-    accusing = [blame for cause, blame in zip(causes, blames, strict=True) if cause["accused_clusters"]]
-    overall = truth.score(highest_standardized(accusing)) if len(accusing) >= 2 else None
-    return {"clusters": out, "overall": overall, "ranking": document["scores"].get("ranking")}
+    return out
+
+
+def weighted_by_rows(by_cause: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """recall@k and AUPRC over every planted cluster, each cluster's figure weighted by its rows."""
+    total = sum(entry["rows"] for entry in by_cause.values())
+    return {metric: sum(entry[metric] * entry["rows"] for entry in by_cause.values()) / total
+            for metric in ("recall_at_k", "auprc")}
 
 
 def _number(value: Any, digits: int = 2) -> str:

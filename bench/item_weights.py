@@ -32,10 +32,9 @@ WEIGHTS = ("uniform", "kurtosis")
 
 def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: str) -> dict[str, float]:
     """recall@k / AUPRC of the report's ranking rescored from its per-item blame with ``item_weights``."""
-    from goal_table import report_item_blame, report_ranking
+    from goal_table import clusters_in_their_causes, report_item_blame, report_ranking, weighted_by_rows
 
     from gradian.attribution.scoring import rescore_items
-    from gradian.evaluation.ground_truth import GroundTruth
 
     document = json.loads((report_dir / "report.json").read_text())
     rows, item_ids, matrix = report_item_blame(report_dir)
@@ -51,17 +50,8 @@ def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: st
     if len(causes) < 2:
         metrics = truth.score(blame(item_ids))
         return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
-    found: dict[str, float] = {"recall_at_k": 0.0, "auprc": 0.0}
-    total = 0
-    for cluster in scenario.planted_clusters:
-        cause = next((c for c in causes if cluster in c["accused_clusters"]), causes[0])
-        planted = scenario.cluster_rows(cluster)
-        one = GroundTruth(planted_rows=planted, sources=truth.sources)
-        metrics = one.score(blame(list(cause["items"])))
-        for name in found:
-            found[name] += metrics[name] * len(planted)
-        total += len(planted)
-    return {name: value / total for name, value in found.items()}
+    blames = [blame(list(cause["items"])) for cause in causes]
+    return weighted_by_rows(clusters_in_their_causes(causes, blames, scenario))
 
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
