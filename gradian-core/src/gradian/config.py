@@ -109,8 +109,8 @@ class AttributionConfig:
     permutations: int = _opt(1000, "random clusters per permutation test", min=10)
     fallback_examples: int = _opt(8, "training examples used as the target without an eval set", min=1)
     span_examples: int = _opt(5, "top examples drilled into by span", min=0)
-    # restricted: 13/14 on the tests' tiny span fixture against alone 10/14 and removed 4/14; on the lr-5e-4 span
-    # tuning case all three give 12/12 summed over the 4 points (bench/results/spans_checkpoints.md)
+    # restricted: 27/28 planted sentences first over the two lr-5e-4 span tuning seeds summed over the 4 points,
+    # alone 26/28, removed 27/28 (held out, scored after: alone 26/26, restricted 19/26; bench/results/spans_checkpoints.md)
     span_blame: str = _opt("restricted", "a sentence's blame: restricted = of the loss of its own tokens in the whole "
                            "example; alone = of the example with that sentence as its answer; removed = the example's "
                            "blame minus its blame without it", choices=("restricted", "alone", "removed"))
