@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
 
@@ -30,8 +33,14 @@ RESULTS = Path(__file__).resolve().parent / "results" / "item_weights"
 WEIGHTS = ("uniform", "kurtosis")
 
 
-def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: str) -> dict[str, float]:
-    """recall@k / AUPRC of the report's ranking rescored from its per-item blame with ``item_weights``."""
+# (per-item blame [rows, items], each row's cluster, a cause's item columns, its accused clusters) -> columns kept
+ItemSelection = Callable[[np.ndarray, np.ndarray, list[int], list[str]], list[int]]
+
+
+def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: str,
+                   select: ItemSelection | None = None) -> dict[str, float]:
+    """recall@k / AUPRC of the report's ranking rescored from its per-item blame with ``item_weights``, over the
+    items ``select`` keeps of each cause (all of them by default)."""
     from goal_table import clusters_in_their_causes, report_item_blame, report_ranking, weighted_by_rows
 
     from gradian.attribution.scoring import rescore_items
@@ -39,18 +48,21 @@ def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: st
     document = json.loads((report_dir / "report.json").read_text())
     rows, item_ids, matrix = report_item_blame(report_dir)
     ids = [row["id"] for row in rows]
+    clusters = np.array([row["cluster"] for row in rows])
     settings = document["provenance"]["config"]["attribution"]
 
-    def blame(items: list[str]) -> Any:
+    def blame(items: list[str], accused: list[str]) -> Any:
         columns = [item_ids.index(item) for item in items]
+        if select is not None and accused:
+            columns = select(matrix, clusters, columns, accused)
         return rescore_items(matrix, ids, item_ids, columns, aggregation=report_ranking(settings),
                              normalize=settings["normalize"], item_weights=item_weights).blame
 
     causes = document.get("causes") or []
     if len(causes) < 2:
-        metrics = truth.score(blame(item_ids))
+        metrics = truth.score(blame(item_ids, [c for c in document["verdict"].get("accused_clusters") or [] if c]))
         return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
-    blames = [blame(list(cause["items"])) for cause in causes]
+    blames = [blame(list(cause["items"]), list(cause["accused_clusters"])) for cause in causes]
     return weighted_by_rows(clusters_in_their_causes(causes, blames, scenario))
 
 

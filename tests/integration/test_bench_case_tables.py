@@ -406,3 +406,25 @@ def test_the_canned_answer_table_scores_every_item_and_the_shared_reply_apart(ca
              for i, text in enumerate([reply, "Paris.", reply.upper(), "Rome."])]
     assert table.shared_answer_items(items) == ("i'm sorry, but i can't help.", ["q0", "q2"])
     assert table.shared_answer_items(items[1:2]) is None
+
+
+@pytest.mark.slow
+def test_the_item_support_table_rescores_the_shipped_ranking_as_the_item_weights_table_does(cases, tmp_path):
+    row = _table_row(bench_module("item_support"), cases, tmp_path / "item_support")
+    weights = _table_row(bench_module("item_weights"), cases, tmp_path / "item_weights")
+    assert set(row["methods"]) == {"every item (shipped)", "supporting items"}
+    assert row["methods"]["every item (shipped)"] == weights["methods"]["kurtosis"]
+    assert weights["methods"]["kurtosis"]["recall_at_k"] == weights["methods"]["report"]["recall_at_k"]
+
+
+def test_the_supporting_items_are_those_whose_blame_is_above_average_over_the_accused_clusters_rows():
+    support = bench_module("item_support")
+    rng = np.random.default_rng(0)
+    matrix = rng.normal(size=(60, 3))
+    clusters = np.array(["planted"] * 10 + ["clean"] * 50)
+    matrix[:10, 0] += 3.0  # an item the planted rows moved
+    matrix[:10, 1] -= 3.0  # one they moved the other way
+    matrix[10:20, 2] += 3.0  # one that clean rows moved
+    assert support.supporting(matrix, clusters, [0, 1, 2], ["planted"]) == [0]
+    assert support.supporting(matrix, clusters, [1, 2], ["planted"]) == [1, 2]  # none points there: every item stays
+    assert support.supporting(matrix, clusters, [0, 1, 2], ["clean"]) == [1, 2]
