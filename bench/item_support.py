@@ -27,10 +27,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "item_support"
 
 def supporting(matrix: np.ndarray, clusters: np.ndarray, columns: list[int], accused: list[str]) -> list[int]:
     """The columns whose z-scored blame averages above zero over the accused clusters' rows (all when none do)."""
-    from gradian.attribution.aggregation import zscores
+    from gradian.attribution.causes import cluster_support
 
-    blame = matrix[:, columns]
-    support = zscores(blame, blame.mean(axis=0), blame.std(axis=0))[np.isin(clusters, accused)].mean(axis=0)
+    support = cluster_support(matrix[:, columns], np.isin(clusters, accused))
     kept = [column for column, value in zip(columns, support, strict=True) if value > 0]
     return kept or columns
 

@@ -246,6 +246,13 @@ def _merged(labels: np.ndarray, item_blame: np.ndarray, ids: Sequence[str], item
     return causes
 
 
+def cluster_support(item_blame: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Each item's blame standardized over every example and averaged over a cluster's ``members`` (row positions or
+    a row mask): how strongly that cluster's rows carry the item."""
+    blame = np.asarray(item_blame, dtype=np.float64)
+    return zscores(blame, blame.mean(axis=0), blame.std(axis=0))[members].mean(axis=0)
+
+
 def _jackknifed(cause: Cause, item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
                 assignment: ClusterAssignment, config: AttributionConfig) -> Cause:
     """The cause with each accused cluster's p-values the larger of its own and those without the item that
@@ -255,11 +262,9 @@ def _jackknifed(cause: Cause, item_blame: np.ndarray, ids: Sequence[str], item_i
         return cause
     columns = [list(item_ids).index(item) for item in cause.item_ids]
     blame = np.asarray(item_blame, dtype=np.float64)[:, columns]
-    standardized = zscores(blame, blame.mean(axis=0), blame.std(axis=0))
     held: dict[str, ClusterScore] = {}
     for score in accused:
-        support = standardized[assignment.members(score.name)].mean(axis=0)
-        strongest = columns[int(np.argmax(support))]
+        strongest = columns[int(np.argmax(cluster_support(blame, assignment.members(score.name))))]
         _, without = _attributed([c for c in columns if c != strongest], item_blame, ids, item_ids, assignment, config)
         left = without.by_name(score.name)
         held[score.name] = dataclasses.replace(score, p_value=max(score.p_value, left.p_value),
