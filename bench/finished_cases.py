@@ -162,14 +162,20 @@ def earlier_rows(results: Path) -> dict[str, dict[str, Any]]:
 def carrying_main(tool: str, description: str, results: Path, argv: list[str] | None,
                   finished: Callable[[Path], bool], score: Callable[[Path, argparse.Namespace], dict[str, Any]],
                   markdown: Callable[[list[dict[str, Any]], str], str],
-                  add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+                  add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                  amend: Callable[[list[dict[str, Any]], argparse.Namespace], None] | None = None) -> int:
     """A case table's command line: score each finished case, carry the earlier row of one whose work dir is gone.
 
     A case dir is ~8 GB and machines are not kept, so a row once measured stays in the table, marked ``carried``.
+    ``amend`` adds to the rows, scored and carried alike, before they are written.
     """
     args = _parser(description, results, "case dirs, e.g. lr5e4-fact-3 clean-3", add_arguments).parse_args(argv)
     cases = scored_or_carried(tool, args, finished, lambda case: score(case, args))
-    return 2 if cases is None else _write(tool, argv, args.out, cases, markdown)
+    if cases is None:
+        return 2
+    if amend is not None:
+        amend(cases, args)
+    return _write(tool, argv, args.out, cases, markdown)
 
 
 def scored_or_carried(tool: str, args: argparse.Namespace, finished: Callable[[Path], bool],
@@ -194,10 +200,14 @@ def scored_or_carried(tool: str, args: argparse.Namespace, finished: Callable[[P
 
 def indexed_case_main(tool: str, description: str, results: Path, argv: list[str] | None,
                       score: Callable[[Path, str], dict[str, Any]],
-                      markdown: Callable[[list[dict[str, Any]], str], str]) -> int:
+                      markdown: Callable[[list[dict[str, Any]], str], str],
+                      add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                      amend: Callable[[list[dict[str, Any]], argparse.Namespace], None] | None = None) -> int:
     """``carrying_main`` for a table that loads each case's index and model: --base-model; finished = indexed."""
     def options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--base-model", default="smollm2-135m-instruct")
+        if add_arguments is not None:
+            add_arguments(parser)
 
     return carrying_main(tool, description, results, argv, lambda case: (case / "index" / "manifest.json").is_file(),
-                         lambda case, args: score(case, args.base_model), markdown, options)
+                         lambda case, args: score(case, args.base_model), markdown, options, amend)

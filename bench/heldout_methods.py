@@ -14,10 +14,15 @@ Beside another job on two cores, set OMP_NUM_THREADS=1: the hidden-state pass (4
 15 minutes with two threads spinning against a training run, 2 minutes with one.
 
 A case whose work dir is gone keeps its row from the results file already written (the table says which).
+``--shipped PREFIX`` adds Gradian's row under the default shipped since: from each case's ``PREFIX-`` rebuild where
+one is on disk (the same fine-tune, its delta checked against the first build's), or from the case's own report
+where its name starts with ``PREFIX-``; the baselines need no rebuild, the fine-tune being the same.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -28,7 +33,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
 
 RESULTS = Path(__file__).resolve().parent / "results" / "heldout_methods"
+GOAL_TABLE = RESULTS.with_name("goal_table.json")
 GRADIAN = "gradian (shipped defaults: the report's scores.csv)"
+SHIPPED = "gradian, the default shipped since (--shipped)"
 
 
 def score_case(directory: Path, base_model: str) -> dict[str, Any]:
@@ -43,15 +50,12 @@ def score_case(directory: Path, base_model: str) -> dict[str, Any]:
 
     goal = goal_row(directory)
     row: dict[str, Any] = {"case": directory.name, "kind": goal["kind"], "seed": goal["seed"],
-                           "held_out": goal["held_out"], "methods": {}}
+                           "held_out": goal["held_out"], "delta": goal["delta"], "methods": {}}
     if "recall_at_k" not in goal:  # a clean control or a refused report: no planted rows to find
         row["skipped"] = ("nothing planted: a clean control" if not goal["planted_clusters"]
                           else f"the report's verdict is {goal['verdict']}, so it has no ranking")
         return row
-    gradian = {"recall_at_k": goal["recall_at_k"], "auprc": goal["auprc"]}
-    if "lead_recall_at_k" in goal:
-        gradian.update(whole_recall_at_k=goal["lead_recall_at_k"], whole_auprc=goal["lead_auprc"])
-    row["methods"][GRADIAN] = gradian
+    row["methods"][GRADIAN] = _gradian_metrics(goal)
     scenario = make_scenario(goal["kind"], goal["seed"])
     report = read_report(directory / "report")
     case = load_case(directory, base_model, load_config(directory / "config.yaml"), report)
@@ -68,6 +72,34 @@ def score_case(directory: Path, base_model: str) -> dict[str, Any]:
     return row
 
 
+def _gradian_metrics(goal: dict[str, Any]) -> dict[str, Any]:
+    """recall@k / AUPRC of a goal-table row, with its whole ranking's where the report split into causes."""
+    metrics = {"recall_at_k": goal["recall_at_k"], "auprc": goal["auprc"]}
+    if "lead_recall_at_k" in goal:
+        metrics.update(whole_recall_at_k=goal["lead_recall_at_k"], whole_auprc=goal["lead_auprc"])
+    return metrics
+
+
+def add_shipped(cases: list[dict[str, Any]], args: Any) -> None:
+    """Gradian's row under the default shipped since: each case's ``--shipped`` rebuild, or its own report if it is one."""
+    from goal_table import score_case as goal_row
+
+    if not args.shipped:
+        return
+    first = {row["case"]: row for row in json.loads(GOAL_TABLE.read_text())["cases"]}
+    for case in cases:
+        own = case["case"].startswith(f"{args.shipped}-")
+        rebuilt = args.cases / (case["case"] if own else f"{args.shipped}-{case['case']}")
+        if not case["methods"] or not (rebuilt / "report" / "report.json").is_file():
+            continue
+        goal = goal_row(rebuilt)
+        delta = case.get("delta", first.get(case["case"], {}).get("delta"))
+        if goal["delta"] != delta:  # not the same fine-tune: its baselines would not be this rebuild's
+            raise SystemExit(f"heldout_methods: {rebuilt.name}'s delta {goal['delta']} is not "
+                             f"{case['case']}'s {delta}; rebuild it with the case's own command")
+        case["methods"][SHIPPED] = {**_gradian_metrics(goal), "from": rebuilt.name}
+
+
 def _cell(metrics: dict[str, Any] | None) -> str:
     if not metrics:
         return "-"
@@ -78,9 +110,9 @@ def _cell(metrics: dict[str, Any] | None) -> str:
 
 
 def method_names(cases: list[dict[str, Any]]) -> list[str]:
-    """Every method scored on any case, Gradian first."""
+    """Every method scored on any case, Gradian's rows first."""
     names = dict.fromkeys(name for case in cases for name in case["methods"])
-    return [GRADIAN] + [name for name in names if name != GRADIAN]
+    return [GRADIAN] + [SHIPPED] * (SHIPPED in names) + [name for name in names if name not in (GRADIAN, SHIPPED)]
 
 
 def kind_rows(cases: list[dict[str, Any]], names: list[str]) -> list[str]:
@@ -96,13 +128,16 @@ def kind_rows(cases: list[dict[str, Any]], names: list[str]) -> list[str]:
             cells.append(f"{np.mean([v['recall_at_k'] for v in values]):.2f} / "
                          f"{np.mean([v['auprc'] for v in values]):.2f}" if values else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    above = []
-    for kind in kinds:
-        rows = [c for c in scored if c["kind"] == kind]
-        beaten = sum(all(c["methods"][GRADIAN]["recall_at_k"] > m["recall_at_k"]
-                         for n, m in c["methods"].items() if n != GRADIAN) for c in rows)
-        above.append(f"{beaten}/{len(rows)}")
-    lines.append("| Gradian's recall@k above every baseline's (cases) | " + " | ".join(above) + " |")
+    for ours, label in ((GRADIAN, "Gradian's"), (SHIPPED, "The default shipped since:")):
+        if ours not in names:
+            continue
+        above = []
+        for kind in kinds:
+            rows = [c for c in scored if c["kind"] == kind and ours in c["methods"]]
+            beaten = sum(all(c["methods"][ours]["recall_at_k"] > m["recall_at_k"]
+                             for n, m in c["methods"].items() if n not in (GRADIAN, SHIPPED)) for c in rows)
+            above.append(f"{beaten}/{len(rows)}")
+        lines.append(f"| {label} recall@k above every baseline's (cases) | " + " | ".join(above) + " |")
     return lines
 
 
@@ -124,6 +159,12 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     carried = carried_note(cases, "no index under --cases, so not scored again")
     if carried:
         lines += ["", carried]
+    rebuilt = [f"{c['case']} " + ("(its own report)" if c["methods"][SHIPPED]["from"] == c["case"]
+                                  else f"from {c['methods'][SHIPPED]['from']}")
+               for c in cases if SHIPPED in c["methods"]]
+    if rebuilt:
+        lines += ["", f"{SHIPPED}: {', '.join(rebuilt)}; a rebuild is the same fine-tune (its delta is the first "
+                  "build's). Its means per kind below are over these cases only."]
     lines += ["", "## Held-out seeds: mean per kind (cases)", ""]
     lines += kind_rows(cases, names) if any(c["held_out"] and c["methods"] for c in cases) else ["No held-out case."]
     lines += ["", "Gradian's cell where the report split the regression into causes: each planted cluster in its cause's "
@@ -137,7 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/heldout_methods.json and .md."""
     from finished_cases import indexed_case_main
 
-    return indexed_case_main("heldout_methods", __doc__.splitlines()[0], RESULTS, argv, score_case, markdown)
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--shipped", metavar="PREFIX",
+                            help="also Gradian under the default shipped since, from each case's PREFIX- rebuild")
+
+    return indexed_case_main("heldout_methods", __doc__.splitlines()[0], RESULTS, argv, score_case, markdown,
+                             options, add_shipped)
 
 
 if __name__ == "__main__":

@@ -173,6 +173,18 @@ def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base
     shutil.copytree(cases / "tiny-fact-4", moved / "tiny-fact-4", ignore=shutil.ignore_patterns("index"))
     assert methods_table.main(["--cases", str(moved), "tiny-fact-4", "--out", str(out)]) == 0  # no index: carried
     assert json.loads(out.with_suffix(".json").read_text())["cases"][0]["carried"] is True
+    # --shipped: a rebuild of the same fine-tune under a later default gives Gradian a second row; the baselines stay
+    shutil.copytree(moved / "tiny-fact-4", moved / "ship-tiny-fact-4")
+    shipped = ["--cases", str(moved), "tiny-fact-4", "--shipped", "ship", "--out", str(out)]
+    assert methods_table.main(shipped) == 0
+    again = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert again["methods"][methods_table.SHIPPED] == {**gradian, "from": "ship-tiny-fact-4"}
+    assert "above every baseline's (cases)" in out.with_suffix(".md").read_text().split("The default shipped since:")[1]
+    results = json.loads(out.with_suffix(".json").read_text())
+    results["cases"][0]["delta"] = 0.5  # not the rebuild's fine-tune: its figures must not sit beside these baselines
+    out.with_suffix(".json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match="ship-tiny-fact-4's delta"):
+        methods_table.main(shipped)
 
 
 @pytest.mark.slow
