@@ -80,7 +80,7 @@ def _gradian_metrics(goal: dict[str, Any]) -> dict[str, Any]:
     return metrics
 
 
-def add_shipped(cases: list[dict[str, Any]], args: Any) -> None:
+def add_shipped(cases: list[dict[str, Any]], args: argparse.Namespace) -> None:
     """Gradian's row under the default shipped since: each case's ``--shipped`` rebuild, or its own report if it is one."""
     from goal_table import score_case as goal_row
 
@@ -94,6 +94,9 @@ def add_shipped(cases: list[dict[str, Any]], args: Any) -> None:
             continue
         goal = goal_row(rebuilt)
         delta = case.get("delta", first.get(case["case"], {}).get("delta"))
+        if delta is None:
+            raise SystemExit(f"heldout_methods: no delta on record for {case['case']} (neither here nor in "
+                             f"{GOAL_TABLE.name}), so {rebuilt.name} cannot be checked as the same fine-tune")
         if goal["delta"] != delta:  # not the same fine-tune: its baselines would not be this rebuild's
             raise SystemExit(f"heldout_methods: {rebuilt.name}'s delta {goal['delta']} is not "
                              f"{case['case']}'s {delta}; rebuild it with the case's own command")
