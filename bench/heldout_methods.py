@@ -88,9 +88,13 @@ def add_shipped(cases: list[dict[str, Any]], args: argparse.Namespace) -> None:
         return
     first = {row["case"]: row for row in json.loads(GOAL_TABLE.read_text())["cases"]}
     for case in cases:
-        own = case["case"].startswith(f"{args.shipped}-")
-        rebuilt = args.cases / (case["case"] if own else f"{args.shipped}-{case['case']}")
-        if not case["methods"] or not (rebuilt / "report" / "report.json").is_file():
+        if not case["methods"]:
+            continue
+        if case["case"].startswith(f"{args.shipped}-"):  # built with the shipped default: its own row is the figure
+            case["methods"][SHIPPED] = {**case["methods"][GRADIAN], "from": case["case"]}
+            continue
+        rebuilt = args.cases / f"{args.shipped}-{case['case']}"
+        if not (rebuilt / "report" / "report.json").is_file():
             continue
         goal = goal_row(rebuilt)
         delta = case.get("delta", first.get(case["case"], {}).get("delta"))
