@@ -440,3 +440,24 @@ def test_the_supporting_items_are_those_whose_blame_is_above_average_over_the_ac
     assert support.supporting(matrix, clusters, [0, 1, 2], ["planted"]) == [0]
     assert support.supporting(matrix, clusters, [1, 2], ["planted"]) == [1, 2]  # none points there: every item stays
     assert support.supporting(matrix, clusters, [0, 1, 2], ["clean"]) == [1, 2]
+
+
+@pytest.mark.slow
+def test_the_misses_table_puts_every_planted_row_in_one_group_and_agrees_with_the_goal_table(cases, tmp_path):
+    row = _table_row(bench_module("misses"), cases, tmp_path / "misses")
+    goal = _table_row(bench_module("goal_table"), cases, tmp_path / "goal")
+    assert sum(group["rows"] for group in row["groups"].values()) == 20  # the fact kind plants 20 rows
+    assert row["recall_at_k"] == goal["recall_at_k"]
+    assert len(row["missed"]) == 20 - sum(group["found"] for group in row["groups"].values())
+    assert all(missed["rank"] > 20 for missed in row["missed"])
+    assert "| fact | 1 |" in (tmp_path / "misses").with_suffix(".md").read_text()
+
+
+def test_a_planted_row_is_grouped_by_whether_its_item_regressed_and_which_cause_holds_it():
+    misses = bench_module("misses")
+    assert misses.row_group(None, {"a"}, None) == "no single target"
+    assert misses.row_group("b", {"a"}, None) == "target held"
+    assert misses.row_group("a", {"a"}, None) == "target regressed"
+    assert misses.row_group("a", {"a"}, {"a", "c"}) == "target regressed"
+    assert misses.row_group("a", {"a"}, {"c"}) == "target elsewhere"
+    assert misses.strict_ranks(np.array([0.5, 2.0, 0.5])).tolist() == [2, 1, 3]  # ties: the earlier row first
