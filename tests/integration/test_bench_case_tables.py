@@ -461,3 +461,21 @@ def test_a_planted_row_is_grouped_by_whether_its_item_regressed_and_which_cause_
     assert misses.row_group("a", {"a"}, {"a", "c"}) == "target regressed"
     assert misses.row_group("a", {"a"}, {"c"}) == "target elsewhere"
     assert misses.strict_ranks(np.array([0.5, 2.0, 0.5])).tolist() == [2, 1, 3]  # ties: the earlier row first
+
+
+@pytest.mark.slow
+def test_the_item_fusion_table_reproduces_the_shipped_ranking_as_the_item_weights_table_does(cases, tmp_path):
+    row = _table_row(bench_module("item_fusion"), cases, tmp_path / "item_fusion")
+    weights = _table_row(bench_module("item_weights"), cases, tmp_path / "item_weights")
+    assert row["methods"]["shipped"]["recall_at_k"] == weights["methods"]["kurtosis"]["recall_at_k"]
+    assert row["methods"]["kurtosis^0"]["recall_at_k"] == weights["methods"]["uniform"]["recall_at_k"]
+
+
+def test_the_fused_rankings_put_each_items_top_row_first():
+    fusion = bench_module("item_fusion")
+    matrix = np.zeros((6, 2))
+    matrix[0, 0], matrix[1, 1] = 5.0, 4.0  # each item's own top row
+    matrix[2] = [1.0, 1.0]  # second on both
+    for score in (fusion.best_rank(matrix), fusion.reciprocal_rank_fusion(matrix, 0.0, kurtosis=False)):
+        assert set(np.argsort(-score)[:2].tolist()) == {0, 1}
+    assert fusion.item_ranks(matrix)[:, 0].tolist()[:3] == [1, 3, 2]
