@@ -42,18 +42,32 @@ def row_group(target: str | None, regressed: set[str], cause_items: set[str] | N
     return "target regressed"
 
 
-def strict_ranks(blame: np.ndarray) -> np.ndarray:
-    """1-based ranks by descending blame, ties broken by position, as GroundTruth.score orders rows."""
-    order = np.argsort(-np.asarray(blame), kind="stable")
-    ranks = np.empty(len(order), dtype=np.int64)
-    ranks[order] = np.arange(1, len(order) + 1)
-    return ranks
+def _rankings(scenario: Any, report_dir: Path, split: Any) -> list[tuple[list[tuple[int, Any]], np.ndarray, Any]]:
+    """The planted rows (position, target) looked for together, the blame ranking them and the items behind it.
+
+    One report cause: every planted row in scores.csv's ranking (k = all of them, as the goal table scores it);
+    several: each planted cluster's rows in the blame of the cause accusing it (cause 1 if none does).
+    """
+    from goal_table import blame_vector
+
+    planted = list(zip(scenario.planted_rows, scenario.planted_targets, strict=True))
+    if split is None:
+        return [(planted, blame_vector(report_dir, len(scenario.train)), None)]
+    document, blames = split
+    causes = document["causes"]
+    out = []
+    for cluster in dict.fromkeys(scenario.planted_row_clusters):
+        rows = [row for row, name in zip(planted, scenario.planted_row_clusters, strict=True) if name == cluster]
+        number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
+        out.append((rows, blames[number - 1], set(causes[number - 1]["items"])))
+    return out
 
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
     """One case's planted rows by group: found in the top k or missed, and where each missed one ranked."""
-    from goal_table import FIRST_HELD_OUT_SEED, blame_vector, case_name, cause_blames, ranking_label
+    from goal_table import FIRST_HELD_OUT_SEED, case_name, cause_blames, ranking_label
 
+    from gradian.attribution.aggregation import ranks_of
     from gradian.demo.scenarios import make_scenario
 
     kind, seed = case_name(directory)
@@ -66,19 +80,10 @@ def score_case(directory: Path, args: Any) -> dict[str, Any]:
     row["ranking"] = ranking_label(document["provenance"]["config"]["attribution"])
     regressed = {item["id"] for item in document["capability"]["items"] if item["regressed"]}
     split = cause_blames(report_dir)
-    clusters = scenario.planted_row_clusters or (None,) * len(scenario.planted_rows)
     found = {group: [0, 0] for group in GROUPS}
     missed: list[dict[str, Any]] = []
-    for cluster in dict.fromkeys(clusters):
-        rows = [(r, t) for r, t, c in zip(scenario.planted_rows, scenario.planted_targets, clusters, strict=True)
-                if c == cluster]
-        if split is None:
-            blame, cause_items = blame_vector(report_dir, len(scenario.train)), None
-        else:
-            causes, blames = split[0]["causes"], split[1]
-            number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
-            blame, cause_items = blames[number - 1], set(causes[number - 1]["items"])
-        ranks = strict_ranks(blame)
+    for rows, blame, cause_items in _rankings(scenario, report_dir, split):
+        ranks = ranks_of(blame)
         for position, target in rows:
             group = row_group(target, regressed, cause_items)
             hit = int(ranks[position] <= len(rows))
@@ -99,6 +104,8 @@ def _cell(group: dict[str, int]) -> str:
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """One line per case: recall@k, each group's rows found in the top k, the missed rows; then held-out totals."""
+    from finished_cases import carried_note
+
     scored = [case for case in cases if "groups" in case]
     lines = ["# Planted rows outside the top k, by whether their eval item regressed", "", f"`{command}`", "",
              "Each group cell: its rows found in the top k / its rows.", "",
@@ -117,8 +124,6 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
             totals = {g: {"found": sum(c["groups"][g]["found"] for c in these),
                           "rows": sum(c["groups"][g]["rows"] for c in these)} for g in GROUPS}
             lines.append(f"| {kind} | {len(these)} | " + " | ".join(_cell(totals[g]) for g in GROUPS) + " |")
-    from finished_cases import carried_note
-
     note = carried_note(cases)
     return "\n".join(lines + ([f"\n{note}"] if note else [])) + "\n"
 
