@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,25 @@ def cause_scores(report_dir: Path, scenario: Any, truth: Any) -> dict[str, dict[
             "ranking": document["scores"].get("ranking")}
 
 
+def accusing_cause(causes: list[dict[str, Any]], cluster: str | None) -> int:
+    """The number of the first cause accusing ``cluster``; 1 where none does."""
+    return next((cause["cause"] for cause in causes if cluster in cause["accused_clusters"]), 1)
+
+
+def score_by_cause(document: dict[str, Any], item_ids: list[str], scenario: Any, truth: Any,
+                   blame_of: Callable[[list[int], list[str]], np.ndarray]) -> dict[str, float]:
+    """recall@k / AUPRC of ``blame_of(item columns, accused clusters)``: over every item where the report kept one
+    cause, else each cause on its own items with each planted cluster in the cause accusing it, weighted by rows."""
+    causes = document.get("causes") or []
+    if len(causes) < 2:
+        accused = [c for c in document["verdict"].get("accused_clusters") or [] if c]
+        metrics = truth.score(blame_of(list(range(len(item_ids))), accused))
+        return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+    blames = [blame_of([item_ids.index(item) for item in cause["items"]], list(cause["accused_clusters"]))
+              for cause in causes]
+    return weighted_by_rows(clusters_in_their_causes(causes, blames, scenario))
+
+
 def clusters_in_their_causes(causes: list[dict[str, Any]], blames: list[np.ndarray],
                              scenario: Any) -> dict[str, dict[str, Any]]:
     """Per planted cluster: recall@k / AUPRC of its rows in ``blames`` of the cause accusing it (cause 1 if none)."""
@@ -211,7 +231,7 @@ def clusters_in_their_causes(causes: list[dict[str, Any]], blames: list[np.ndarr
     sources = tuple(str(e.fields[scenario.cluster_field]) for e in scenario.train)
     out: dict[str, dict[str, Any]] = {}
     for cluster in scenario.planted_clusters:
-        number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
+        number = accusing_cause(causes, cluster)
         planted = scenario.cluster_rows(cluster)
         one = GroundTruth(planted_rows=planted, sources=sources)
         out[cluster] = {"cause": number, "rows": len(planted), **one.score(blames[number - 1])}

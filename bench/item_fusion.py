@@ -71,23 +71,10 @@ VARIANTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def ranking_recall(report_dir: Path, scenario: Any, truth: Any, combine: Callable[[np.ndarray], np.ndarray]) -> float:
-    """recall@k of ``combine`` over the report's per-item blame, each cause of a split report on its own items."""
-    from goal_table import clusters_in_their_causes, report_item_blame, weighted_by_rows
-
-    document = json.loads((report_dir / "report.json").read_text())
-    _, item_ids, matrix = report_item_blame(report_dir)
-    causes = document.get("causes") or []
-    if len(causes) < 2:
-        return float(truth.score(combine(matrix))["recall_at_k"])
-    blames = [combine(matrix[:, [item_ids.index(item) for item in cause["items"]]]) for cause in causes]
-    return float(weighted_by_rows(clusters_in_their_causes(causes, blames, scenario))["recall_at_k"])
-
-
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
     """One case's recall@k under every variant."""
     from finished_cases import planted_case
-    from goal_table import case_name
+    from goal_table import case_name, report_item_blame, score_by_cause
 
     from gradian.demo.scenarios import make_scenario
 
@@ -95,9 +82,12 @@ def score_case(directory: Path, args: Any) -> dict[str, Any]:
     if truth is None:
         return row
     scenario = make_scenario(*case_name(directory))
+    document = json.loads((directory / "report" / "report.json").read_text())
+    _, item_ids, matrix = report_item_blame(directory / "report")  # read once, for every variant
     for name, combine in VARIANTS.items():
-        recall = ranking_recall(directory / "report", scenario, truth, combine)
-        row["methods"][name] = {"recall_at_k": recall}
+        metrics = score_by_cause(document, item_ids, scenario, truth,
+                                 lambda columns, _accused, combine=combine: combine(matrix[:, columns]))
+        row["methods"][name] = {"recall_at_k": metrics["recall_at_k"]}
     return row
 
 

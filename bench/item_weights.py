@@ -41,7 +41,7 @@ def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: st
                    select: ItemSelection | None = None) -> dict[str, float]:
     """recall@k / AUPRC of the report's ranking rescored from its per-item blame with ``item_weights``, over the
     items ``select`` keeps of each cause (all of them by default)."""
-    from goal_table import clusters_in_their_causes, report_item_blame, report_ranking, weighted_by_rows
+    from goal_table import report_item_blame, report_ranking, score_by_cause
 
     from gradian.attribution.scoring import rescore_items
 
@@ -51,19 +51,13 @@ def ranking_scores(report_dir: Path, scenario: Any, truth: Any, item_weights: st
     clusters = np.array([row["cluster"] for row in rows])
     settings = document["provenance"]["config"]["attribution"]
 
-    def blame(items: list[str], accused: list[str]) -> Any:
-        columns = [item_ids.index(item) for item in items]
+    def blame(columns: list[int], accused: list[str]) -> Any:
         if select is not None and accused:
             columns = select(matrix, clusters, columns, accused)
         return rescore_items(matrix, ids, item_ids, columns, aggregation=report_ranking(settings),
                              normalize=settings["normalize"], item_weights=item_weights).blame
 
-    causes = document.get("causes") or []
-    if len(causes) < 2:
-        metrics = truth.score(blame(item_ids, [c for c in document["verdict"].get("accused_clusters") or [] if c]))
-        return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
-    blames = [blame(list(cause["items"]), list(cause["accused_clusters"])) for cause in causes]
-    return weighted_by_rows(clusters_in_their_causes(causes, blames, scenario))
+    return score_by_cause(document, item_ids, scenario, truth, blame)
 
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def _rankings(scenario: Any, report_dir: Path, split: Any) -> list[tuple[list[tu
     One report cause: every planted row in scores.csv's ranking (k = all of them, as the goal table scores it);
     several: each planted cluster's rows in the blame of the cause accusing it (cause 1 if none does).
     """
-    from goal_table import blame_vector
+    from goal_table import accusing_cause, blame_vector
 
     planted = list(zip(scenario.planted_rows, scenario.planted_targets, strict=True))
     if split is None:
@@ -58,7 +58,7 @@ def _rankings(scenario: Any, report_dir: Path, split: Any) -> list[tuple[list[tu
     out = []
     for cluster in dict.fromkeys(scenario.planted_row_clusters):
         rows = [row for row, name in zip(planted, scenario.planted_row_clusters, strict=True) if name == cluster]
-        number = next((c["cause"] for c in causes if cluster in c["accused_clusters"]), 1)
+        number = accusing_cause(causes, cluster)
         out.append((rows, blames[number - 1], set(causes[number - 1]["items"])))
     return out
 
