@@ -46,6 +46,23 @@ def _kept_when_asked(table, cases, out):
     assert _table_row(table, cases, out)["recall_at_k"] >= 0.0  # without it, the case is scored again
 
 
+def _half_regressed_copy(cases, tmp_path, *, same_answers=False):
+    """(root, report items) of a tiny-fact-4 copy whose first half of items regressed; the rest held word for word."""
+    # nothing regresses on the random tiny model, so the copy's report says so
+    split = tmp_path / "cases"
+    shutil.copytree(cases / "tiny-fact-4", split / "tiny-fact-4", symlinks=True)
+    report_json = split / "tiny-fact-4" / "report" / "report.json"
+    written = json.loads(report_json.read_text())
+    items = written["capability"]["items"]
+    assert not any(item["regressed"] for item in items)
+    for item in items[: len(items) // 2]:
+        item.update(base_score=1.0, finetuned_score=0.0, regressed=True)
+    for item in items[len(items) // 2:] if same_answers else ():  # else the tiny model's own answers
+        item.update(base_output=f"The answer is {item['wanted']}.", finetuned_output=f"The answer is {item['wanted']}.")
+    report_json.write_text(json.dumps(written))
+    return split, items
+
+
 @pytest.fixture(scope="module")
 def cases(tiny_base_dir, tmp_path_factory):
     """A directory holding one finished demo case, ``tiny-fact-4`` (a held-out seed), on the tiny model."""
@@ -86,6 +103,21 @@ def test_the_goal_rows_keep_apart_held_out_rows_ranked_another_way():
     assert "| fact, ranked by mean | 1 | 0.80 |" in mixed and "| fact, ranked by smooth_max | 1 | 0.90 |" in mixed
     same = "\n".join(goal_table.goal_rows([{**earlier, "ranking": "smooth_max"}, rebuilt]))
     assert "| fact | 2 | 0.85 | 0.80 |" in same and "ranked by" not in same
+
+
+def test_fresh_seeds_get_goal_rows_of_their_own_apart_from_the_held_out_seeds():
+    goal_table = bench_module("goal_table")
+    assert [goal_table.is_fresh({"kind": kind, "seed": seed}) for kind, seed in
+            (("fact", 5), ("fact", 6), ("clean", 9), ("clean", 10))] == [False, True, False, True]
+    base = {"held_out": True, "kind": "fact", "verdict_right": True, "span_hits": 0, "span_checked": 0,
+            "planted_clusters": ["trivia_import"], "verify": None, "accused": ["trivia_import"], "checkpoints": 4,
+            "ranking": "smooth_max", "delta": -0.3, "ci": [-0.4, -0.2], "auprc": 0.9}
+    rows = [{**base, "case": "kurt-lr5e4-fact-5", "seed": 5, "recall_at_k": 0.8},
+            {**base, "case": "kurt-lr5e4-fact-6", "seed": 6, "recall_at_k": 1.0}]
+    text = goal_table.markdown(rows, "python bench/goal_table.py")
+    held_out, fresh = text.split("## Goals, held-out seeds only")[1].split("## The same on fresh seeds")
+    assert "| fact | 1 | 0.80 | 0.80 |" in held_out and "| fact | 1 | 1.00 | 1.00 |" in fresh
+    assert "| kurt-lr5e4-fact-6 | fresh |" in text and "| kurt-lr5e4-fact-5 | held-out |" in text
 
 
 @pytest.mark.slow
@@ -359,16 +391,7 @@ def test_the_control_items_table_scores_the_items_that_held_up_on_the_cases_own_
 
     table = bench_module("control_items")
     methods = bench_module("accuracy_methods")
-    # nothing regresses on the random tiny model, so the copy's report says the first half of its items did
-    split = tmp_path / "cases"
-    shutil.copytree(cases / "tiny-fact-4", split / "tiny-fact-4", symlinks=True)
-    report_json = split / "tiny-fact-4" / "report" / "report.json"
-    written = json.loads(report_json.read_text())
-    items = written["capability"]["items"]
-    assert not any(item["regressed"] for item in items)
-    for item in items[: len(items) // 2]:
-        item.update(base_score=1.0, finetuned_score=0.0, regressed=True)
-    report_json.write_text(json.dumps(written))
+    split, items = _half_regressed_copy(cases, tmp_path)
     directory = split / "tiny-fact-4"
     report = read_report(directory / "report")
     queried, control = table.split_items(methods.report_items(report))
@@ -388,6 +411,51 @@ def test_the_control_items_table_scores_the_items_that_held_up_on_the_cases_own_
     assert "| minus abs control at 0.50 |" in out.with_suffix(".md").read_text()
     # the original case, where every item was queried, has no control and says so
     assert _indexed_table_row(table, cases, tiny_base_dir, out)["skipped"] == "no control: the report queried every eval item"
+
+
+def test_the_weakened_items_table_queries_each_held_answers_weakest_token_on_the_cases_own_index(cases, tiny_base_dir,
+                                                                                                  tmp_path):
+    from gradian.config import load_config
+    from gradian.data.encode import encode_answer
+    from gradian.evaluation.loglik import answer_logliks
+    from gradian.query.signals import _encoded_gradients
+    from gradian.report.reader import read_report
+
+    table = bench_module("weakened_items")
+    methods = bench_module("accuracy_methods")
+    split, items = _half_regressed_copy(cases, tmp_path, same_answers=True)
+    directory = split / "tiny-fact-4"
+    report = read_report(directory / "report")
+    held = [item for item in methods.report_items(report) if not item.regressed]
+    case = methods.load_case(directory, str(tiny_base_dir), load_config(directory / "config.yaml"), report)
+    encoded, drops, tokens = table.weakest_tokens(case, held)
+    assert all(e.num_supervised == 1 for e in encoded) and len(tokens) == len(held)
+    # the drop is the weakest token's log-probability lost, base to adapter, as the evaluation's own loglik reads it
+    pairs = [(list(e.input_ids), list(e.labels)) for e in encoded]
+    tokenizer = case.loaded.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    tuned = answer_logliks(case.loaded.model, pairs, pad_id=pad)
+    with case.loaded.model.disable_adapter():
+        base = answer_logliks(case.loaded.model, pairs, pad_id=pad)
+    np.testing.assert_allclose(drops, np.subtract(base, tuned), atol=1e-4)
+    whole = encode_answer(case.prompts[held[0].id], held[0].base_output, tokenizer, case.config.grads.max_seq_length)
+    assert encoded[0].num_supervised < whole.num_supervised  # one token of the answer, not all of it
+    rows = np.asarray(case.index.rows_between(0, case.index.num_examples), dtype=np.float64)
+    pre = methods.preconditioner(case, case.config.attribution.preconditioner)
+    queries = _encoded_gradients(case.capture, tokenizer, encoded, 8)
+    want = -(rows @ pre.apply(queries).T)
+    blame = table.weakest_token_blame(case, encoded, [item.id for item in held])
+    np.testing.assert_allclose(blame, want, rtol=1e-3, atol=1e-5 * np.abs(want).max())
+    regressed = np.random.default_rng(0).normal(size=(len(rows), 3))
+    nothing = table.rankings(regressed, blame, np.full(len(held), -1.0))  # no item lost enough: every variant is the same
+    assert all(np.array_equal(scores, nothing["adapter alone (shipped ranking)"]) for scores in nothing.values())
+    every = table.rankings(regressed, blame, np.full(len(held), 9.0))
+    np.testing.assert_array_equal(every[f"+ weakened items, weakest token lost > {table.THRESHOLDS[0]} nats"],
+                                  table.shipped_ranking(np.concatenate([regressed, blame], axis=1)))
+    row = _indexed_table_row(table, split, tiny_base_dir, tmp_path / "weakened")
+    assert (row["regressed_items"], row["held_same_answer"]) == (len(items) // 2, len(held))
+    assert len(row["methods"]) == 1 + len(table.THRESHOLDS)
+    assert all(0.0 <= m["recall_at_k"] <= 1.0 for m in row["methods"].values())
 
 
 def test_the_stuck_answers_table_counts_the_answers_each_retrain_changed():
