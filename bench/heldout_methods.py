@@ -6,7 +6,8 @@ baseline of bench/accuracy_methods.py (TracIn, LESS, DataInf, BM25, hidden-state
 gradient index and regressed items at the final adapter. Metrics against the planted rows: recall@k (k = the
 planted rows) and AUPRC. Where the report split the regression into causes, Gradian's row scores each planted
 cluster in the ranking of the cause accusing it (as the goal table does) and its whole ranking is shown beside it;
-the baselines have one ranking. Clean controls plant nothing and have no row here. Seeds 3-5 are held out.
+the baselines have one ranking. Clean controls plant nothing and have no row here. Seeds 3-5 are held out; later
+seeds (bench/goal_table.py's fresh ones) are summed apart.
 
     .venv/bin/python bench/heldout_methods.py --cases /work/bench-cases lr5e4-fact-4 lr5e4-format-4 ...
 
@@ -122,9 +123,8 @@ def method_names(cases: list[dict[str, Any]]) -> list[str]:
     return [GRADIAN] + [SHIPPED] * (SHIPPED in names) + [name for name in names if name not in (GRADIAN, SHIPPED)]
 
 
-def kind_rows(cases: list[dict[str, Any]], names: list[str]) -> list[str]:
-    """Per held-out kind: each method's mean recall@k / AUPRC, and whether Gradian's recall is above every baseline's."""
-    scored = [c for c in cases if c["held_out"] and c["methods"]]
+def kind_rows(scored: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """Per kind of the scored cases: each method's mean recall@k / AUPRC, and whether Gradian's is above every baseline."""
     kinds = sorted({c["kind"] for c in scored})
     lines = ["| method | " + " | ".join(f"{kind} ({sum(c['kind'] == kind for c in scored)})" for kind in kinds) + " |",
              "|---|" + "---|" * len(kinds)]
@@ -151,6 +151,7 @@ def kind_rows(cases: list[dict[str, Any]], names: list[str]) -> list[str]:
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """Per case, then per held-out kind."""
     from finished_cases import carried_note
+    from goal_table import is_fresh
 
     names = method_names(cases)
     lines = ["# Issue 12 methods x kinds: Gradian's report against the field's baselines (recall@k / AUPRC)", "",
@@ -158,7 +159,8 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     for c in cases:
         if not c["methods"]:
             continue
-        lines.append(f"| {c['case']} | {'held-out' if c['held_out'] else 'tuning'} | "
+        split = "fresh" if is_fresh(c) else "held-out" if c["held_out"] else "tuning"
+        lines.append(f"| {c['case']} | {split} | "
                      + " | ".join(_cell(c["methods"].get(name)) for name in names) + " |")
     skipped = [f"{c['case']} ({c['skipped']})" for c in cases if c.get("skipped")]
     if skipped:
@@ -172,8 +174,13 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     if rebuilt:
         lines += ["", f"{SHIPPED}: {', '.join(rebuilt)}; a rebuild is the same fine-tune (its delta is the first "
                   "build's). Its means per kind below are over these cases only."]
+    held_out = [c for c in cases if c["held_out"] and c["methods"] and not is_fresh(c)]
     lines += ["", "## Held-out seeds: mean per kind (cases)", ""]
-    lines += kind_rows(cases, names) if any(c["held_out"] and c["methods"] for c in cases) else ["No held-out case."]
+    lines += kind_rows(held_out, names) if held_out else ["No held-out case."]
+    fresh = [c for c in cases if c["methods"] and is_fresh(c)]
+    if fresh:
+        lines += ["", "## Fresh seeds, built after every default was fixed: mean per kind (cases)", ""]
+        lines += kind_rows(fresh, names)
     lines += ["", "Gradian's cell where the report split the regression into causes: each planted cluster in its cause's "
               "ranking, weighted by rows; the whole ranking (cause 1's blame, which the baselines are comparable to) "
               "in brackets. Baselines at the final adapter with the classic query (the loss of the wanted answer) over "

@@ -120,6 +120,21 @@ def test_fresh_seeds_get_goal_rows_of_their_own_apart_from_the_held_out_seeds():
     assert "| kurt-lr5e4-fact-6 | fresh |" in text and "| kurt-lr5e4-fact-5 | held-out |" in text
 
 
+def test_the_methods_table_sums_fresh_seeds_apart_from_the_held_out_ones():
+    table = bench_module("heldout_methods")
+
+    def row(seed, ours, bm25):
+        return {"case": f"kurt-lr5e4-fact-{seed}", "kind": "fact", "seed": seed, "held_out": True,
+                "methods": {table.GRADIAN: {"recall_at_k": ours, "auprc": ours},
+                            "BM25": {"recall_at_k": bm25, "auprc": bm25}}}
+
+    text = table.markdown([row(5, 0.8, 0.9), row(6, 1.0, 0.5)], "python bench/heldout_methods.py")
+    held_out, fresh = text.split("## Held-out seeds: mean per kind")[1].split("## Fresh seeds")
+    assert f"| {table.GRADIAN} | 0.80 / 0.80 |" in held_out and "above every baseline's (cases) | 0/1 |" in held_out
+    assert f"| {table.GRADIAN} | 1.00 / 1.00 |" in fresh and "above every baseline's (cases) | 1/1 |" in fresh
+    assert "| kurt-lr5e4-fact-6 | fresh |" in text
+
+
 @pytest.mark.slow
 def test_the_aggregation_table_scores_every_variant_and_carries_the_case_once_gone(cases, tmp_path):
     aggregation = bench_module("aggregation")
