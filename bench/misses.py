@@ -102,8 +102,19 @@ def _cell(group: dict[str, int]) -> str:
     return f"{group['found']}/{group['rows']}" if group["rows"] else "-"
 
 
+def _kind_totals(cases: list[dict[str, Any]]) -> list[str]:
+    """Per kind: each group's rows found in the top k over the cases, summed."""
+    lines = ["| kind | cases | " + " | ".join(GROUPS) + " |", "|---|---|" + "---|" * len(GROUPS)]
+    for kind in sorted({case["kind"] for case in cases}):
+        these = [case for case in cases if case["kind"] == kind]
+        totals = {g: {"found": sum(c["groups"][g]["found"] for c in these),
+                      "rows": sum(c["groups"][g]["rows"] for c in these)} for g in GROUPS}
+        lines.append(f"| {kind} | {len(these)} | " + " | ".join(_cell(totals[g]) for g in GROUPS) + " |")
+    return lines
+
+
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
-    """One line per case: recall@k, each group's rows found in the top k, the missed rows; then held-out totals."""
+    """One line per case: recall@k, each group's rows found in the top k, the missed rows; then per-kind totals."""
     from finished_cases import carried_note
 
     scored = [case for case in cases if "groups" in case]
@@ -115,15 +126,14 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
         missed = "; ".join(f"{m['rank']} ({m['group']}) \"{m['answer']}\"" for m in case["missed"]) or "none"
         lines.append(f"| {case['case']} | {case['ranking']} | {case['recall_at_k']:.2f} | "
                      + " | ".join(_cell(case["groups"][g]) for g in GROUPS) + f" | {missed} |")
-    held_out = [case for case in scored if case["held_out"]]
+    from goal_table import is_fresh
+
+    held_out = [case for case in scored if case["held_out"] and not is_fresh(case)]
     if held_out:
-        lines += ["", "## Held-out cases, by kind", "", "| kind | cases | " + " | ".join(GROUPS) + " |",
-                  "|---|---|" + "---|" * len(GROUPS)]
-        for kind in sorted({case["kind"] for case in held_out}):
-            these = [case for case in held_out if case["kind"] == kind]
-            totals = {g: {"found": sum(c["groups"][g]["found"] for c in these),
-                          "rows": sum(c["groups"][g]["rows"] for c in these)} for g in GROUPS}
-            lines.append(f"| {kind} | {len(these)} | " + " | ".join(_cell(totals[g]) for g in GROUPS) + " |")
+        lines += ["", "## Held-out cases, by kind", ""] + _kind_totals(held_out)
+    fresh = [case for case in scored if is_fresh(case)]
+    if fresh:
+        lines += ["", "## Fresh seeds (built after every default was fixed), by kind", ""] + _kind_totals(fresh)
     note = carried_note(cases)
     return "\n".join(lines + ([f"\n{note}"] if note else [])) + "\n"
 
