@@ -36,6 +36,16 @@ def is_fresh(case: dict[str, Any]) -> bool:
     return case["seed"] >= FIRST_FRESH_SEED.get(case["kind"], 6)
 
 
+def split_label(case: dict[str, Any]) -> str:
+    """The case's split as the tables print it: tuning, held-out or fresh."""
+    return "fresh" if is_fresh(case) else "held-out" if case["held_out"] else "tuning"
+
+
+def held_out_and_fresh(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the held-out cases of seeds 3-5, the fresh ones): the two sets the tables sum apart."""
+    return ([c for c in cases if c["held_out"] and not is_fresh(c)], [c for c in cases if is_fresh(c)])
+
+
 def case_name(directory: Path) -> tuple[str, int]:
     """The scenario kind and seed a case dir is named after."""
     kind, seed = directory.name.rsplit("-", 2)[-2:]
@@ -335,8 +345,7 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     for c in cases:
         ci = f" [{_number(c['ci'][0])}, {_number(c['ci'][1])}]" if c["ci"] else ""
         spans = f"{c['span_hits']}/{c['span_checked']}" if c["span_checked"] else "-"
-        split = "fresh" if is_fresh(c) else "held-out" if c["held_out"] else "tuning"
-        lines.append(f"| {c['case']} | {split} | {c['checkpoints']} | "
+        lines.append(f"| {c['case']} | {split_label(c)} | {c['checkpoints']} | "
                      f"{_ranking(c)} | "
                      f"{_number(c['delta'], 3)}{ci} | {_number(c.get('recall_at_k'))}{' *' if 'by_cause' in c else ''} | "
                      f"{_number(c.get('auprc'))}{' *' if 'by_cause' in c else ''} | "
@@ -351,10 +360,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     carried = carried_note(cases)
     if carried:
         lines += ["", carried]
-    held_out = [c for c in cases if c["held_out"] and not is_fresh(c)]
+    held_out, fresh = held_out_and_fresh(cases)
     lines += ["", "## Goals, held-out seeds only", ""]
     lines += goal_rows(held_out) if held_out else ["No held-out case has finished yet."]
-    fresh = [c for c in cases if is_fresh(c)]
     if fresh:
         lines += ["", "## The same on fresh seeds, built after every default was fixed and scored once", ""]
         lines += goal_rows(fresh, "fresh seeds")

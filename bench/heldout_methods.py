@@ -151,7 +151,7 @@ def kind_rows(scored: list[dict[str, Any]], names: list[str]) -> list[str]:
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """Per case, then per held-out kind."""
     from finished_cases import carried_note
-    from goal_table import is_fresh
+    from goal_table import held_out_and_fresh, split_label
 
     names = method_names(cases)
     lines = ["# Issue 12 methods x kinds: Gradian's report against the field's baselines (recall@k / AUPRC)", "",
@@ -159,8 +159,7 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     for c in cases:
         if not c["methods"]:
             continue
-        split = "fresh" if is_fresh(c) else "held-out" if c["held_out"] else "tuning"
-        lines.append(f"| {c['case']} | {split} | "
+        lines.append(f"| {c['case']} | {split_label(c)} | "
                      + " | ".join(_cell(c["methods"].get(name)) for name in names) + " |")
     skipped = [f"{c['case']} ({c['skipped']})" for c in cases if c.get("skipped")]
     if skipped:
@@ -174,10 +173,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     if rebuilt:
         lines += ["", f"{SHIPPED}: {', '.join(rebuilt)}; a rebuild is the same fine-tune (its delta is the first "
                   "build's). Its means per kind below are over these cases only."]
-    held_out = [c for c in cases if c["held_out"] and c["methods"] and not is_fresh(c)]
+    held_out, fresh = held_out_and_fresh([c for c in cases if c["methods"]])
     lines += ["", "## Held-out seeds: mean per kind (cases)", ""]
     lines += kind_rows(held_out, names) if held_out else ["No held-out case."]
-    fresh = [c for c in cases if c["methods"] and is_fresh(c)]
     if fresh:
         lines += ["", "## Fresh seeds, built after every default was fixed: mean per kind (cases)", ""]
         lines += kind_rows(fresh, names)

@@ -116,6 +116,7 @@ def _kind_totals(cases: list[dict[str, Any]]) -> list[str]:
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """One line per case: recall@k, each group's rows found in the top k, the missed rows; then per-kind totals."""
     from finished_cases import carried_note
+    from goal_table import held_out_and_fresh
 
     scored = [case for case in cases if "groups" in case]
     lines = ["# Planted rows outside the top k, by whether their eval item regressed", "", f"`{command}`", "",
@@ -126,12 +127,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
         missed = "; ".join(f"{m['rank']} ({m['group']}) \"{m['answer']}\"" for m in case["missed"]) or "none"
         lines.append(f"| {case['case']} | {case['ranking']} | {case['recall_at_k']:.2f} | "
                      + " | ".join(_cell(case["groups"][g]) for g in GROUPS) + f" | {missed} |")
-    from goal_table import is_fresh
-
-    held_out = [case for case in scored if case["held_out"] and not is_fresh(case)]
+    held_out, fresh = held_out_and_fresh(scored)
     if held_out:
         lines += ["", "## Held-out cases, by kind", ""] + _kind_totals(held_out)
-    fresh = [case for case in scored if is_fresh(case)]
     if fresh:
         lines += ["", "## Fresh seeds (built after every default was fixed), by kind", ""] + _kind_totals(fresh)
     note = carried_note(cases)
