@@ -80,10 +80,12 @@ def weakest_token_blame(case: Any, encoded: list[Any], item_ids: list[str]) -> n
 
 
 def shipped_ranking(blame: np.ndarray) -> np.ndarray:
-    """The report's ranking of one point: kurtosis-weighted smooth_max over the items' z-scored blame."""
-    from gradian.attribution.aggregation import kurtosis_weights, smooth_max_zscore
+    """The report's ranking of one point, by the product's own rescoring: kurtosis-weighted smooth_max over items."""
+    from gradian.attribution.scoring import rescore_items
 
-    return smooth_max_zscore(blame, blame.mean(axis=0), blame.std(axis=0), kurtosis_weights(blame))
+    rows, items = (list(map(str, range(n))) for n in blame.shape)
+    return rescore_items(blame, rows, items, range(blame.shape[1]), aggregation="smooth_max",
+                         item_weights="kurtosis").blame
 
 
 def rankings(regressed: np.ndarray, weakened: np.ndarray, drops: np.ndarray) -> dict[str, np.ndarray]:
