@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gradian.attribution.kronecker_eigen import kronecker_eigen
 from gradian.attribution.preconditioners import BlockMoment, IndexStatistics
 from gradian.index.store import DEFAULT_CHUNK_BYTES, Index, rows_per_chunk
 
@@ -33,7 +34,9 @@ def index_statistics(index: Index, preconditioner: str = "diagonal", *,
                            # read only if the kronecker preconditioner is fitted: 64 exact rows are megabytes each
                            sample_moments=(lambda: sample_moments(index, chunk_bytes or DEFAULT_CHUNK_BYTES))
                            if exact else None,
-                           matrices=tuple((b.offset, tuple(b.stored_shape)) for b in index.blocks))
+                           matrices=tuple((b.offset, tuple(b.stored_shape)) for b in index.blocks),
+                           kronecker_eigen=(lambda: kronecker_eigen(index, chunk_bytes or DEFAULT_CHUNK_BYTES))
+                           if exact else None)
 
 
 def sample_moments(index: Index, chunk_bytes: int) -> MomentAccumulator | None:

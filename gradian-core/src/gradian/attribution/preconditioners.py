@@ -18,10 +18,12 @@ import numpy as np
 from gradian.errors import GradianError, GradientIndexError, RunDirError
 
 if TYPE_CHECKING:
+    from gradian.attribution.kronecker_eigen import KroneckerEigen
     from gradian.config import AttributionConfig
     from gradian.grads.whitening import MomentAccumulator
 
 PRECONDITIONERS = ("none", "diagonal", "kronecker", "block", "adam")
+KRONECKER_WIDE = ("auto", "full", "diagonal")  # the wide side of the kronecker fit: full where the index is exact
 DEFAULT_ADAM_EPS = 1e-8
 
 
@@ -48,6 +50,8 @@ class IndexStatistics:
     # (a MomentAccumulator; None when the rows are not exact), and where each LoRA matrix sits in a row.
     sample_moments: Callable[[], MomentAccumulator | None] | None = None
     matrices: tuple[tuple[int, tuple[int, int]], ...] = ()
+    # The full kronecker fit's input: both sides' eigendecompositions over every row (exact indexes only).
+    kronecker_eigen: Callable[[], KroneckerEigen] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +66,7 @@ class Preconditioner:
     # kronecker kind: (offset, (rows, cols), left, right) per matrix, P = left (x) right; a side is a symmetric
     # matrix or a vector (a diagonal).
     matrix_factors: tuple[tuple[int, tuple[int, int], np.ndarray, np.ndarray], ...] = ()
+    eigen: KroneckerEigen | None = None  # kronecker kind with a full wide side: P applied through the eigenbases
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "knobs", MappingProxyType(dict(self.knobs)))
@@ -82,6 +87,8 @@ class Preconditioner:
             return q.copy()
         if self.scale is not None:
             return q * self.scale
+        if self.eigen is not None:
+            return self.eigen.apply(q, float(self.knobs["damping"]))
         if self.matrix_factors:
             return _kronecker_apply(q, self.matrix_factors)
         out = np.zeros_like(q)
@@ -92,8 +99,10 @@ class Preconditioner:
 
 def fit_preconditioner(kind: str, stats: IndexStatistics, *, damping: float | None = None,
                        damping_ratio: float = 0.1, adam_exp_avg_sq: np.ndarray | None = None,
-                       adam_eps: float = DEFAULT_ADAM_EPS) -> Preconditioner:
-    """The preconditioner ``kind`` (none | diagonal | block | adam) fitted from the index statistics."""
+                       adam_eps: float = DEFAULT_ADAM_EPS, kronecker_wide: str = "diagonal") -> Preconditioner:
+    """The preconditioner ``kind`` (none | diagonal | kronecker | block | adam) fitted from the index statistics."""
+    if kind == "kronecker":
+        _check_kronecker_wide(kronecker_wide, stats)
     if stats.whitening is not None:
         return _applied_at_capture(kind, stats)
     if kind == "none":
@@ -104,7 +113,7 @@ def fit_preconditioner(kind: str, stats: IndexStatistics, *, damping: float | No
                                      "preconditioner needs", "rebuild the index with `gradian index`")
         return diagonal_preconditioner(stats.second_moment, damping=damping, damping_ratio=damping_ratio)
     if kind == "kronecker":
-        return kronecker_preconditioner(stats, damping=damping, damping_ratio=damping_ratio)
+        return kronecker_preconditioner(stats, damping=damping, damping_ratio=damping_ratio, wide=kronecker_wide)
     if kind == "block":
         return block_preconditioner(stats.blocks, stats.dim, damping=damping, damping_ratio=damping_ratio)
     if kind == "adam":
@@ -118,7 +127,8 @@ def from_config(config: AttributionConfig, stats: IndexStatistics, *,
                 adam_exp_avg_sq: np.ndarray | None = None) -> Preconditioner:
     """The preconditioner an ``AttributionConfig`` asks for."""
     return fit_preconditioner(config.preconditioner, stats, damping=config.damping,
-                              damping_ratio=config.damping_ratio, adam_exp_avg_sq=adam_exp_avg_sq)
+                              damping_ratio=config.damping_ratio, adam_exp_avg_sq=adam_exp_avg_sq,
+                              kronecker_wide=config.kronecker_wide)
 
 
 def diagonal_preconditioner(second_moment: np.ndarray, *, damping: float | None = None,
@@ -141,10 +151,19 @@ def diagonal_preconditioner(second_moment: np.ndarray, *, damping: float | None 
 
 
 def kronecker_preconditioner(stats: IndexStatistics, *, damping: float | None = None,
-                             damping_ratio: float = 0.1) -> Preconditioner:
-    """Per LoRA matrix P = (L + lambda/2)^-1 (x) (R + lambda/2)^-1, full on the rank side, from the sampled rows."""
+                             damping_ratio: float = 0.1, wide: str = "diagonal") -> Preconditioner:
+    """Per LoRA matrix P = (L + lambda/2)^-1 (x) (R + lambda/2)^-1: full on both sides from every row of an exact
+    index (``wide`` auto or full), else full on the rank side and diagonal on the wide one, from the sampled rows."""
     from gradian.grads.whitening import SCHEMES  # imports torch; this package does not
 
+    if wide != "diagonal" and stats.kronecker_eigen is not None:
+        eigen = stats.kronecker_eigen()
+        lam = float(damping) if damping is not None else damping_ratio * eigen.mean_second_moment
+        knobs = {"kind": "kronecker", **eigen.info(), "damping": lam,
+                 "damping_source": "absolute" if damping is not None else "damping_ratio x mean second moment",
+                 "damping_ratio": None if damping is not None else float(damping_ratio),
+                 "mean_second_moment": eigen.mean_second_moment}
+        return Preconditioner(kind="kronecker", dim=stats.dim, knobs=knobs, eigen=eigen)
     if stats.sample_moments is None or not stats.matrices:
         raise GradientIndexError("the kronecker preconditioner needs a sample of exact gradients, and this index "
                                  "stores sketched rows that were not transformed before the sketch",
@@ -156,6 +175,16 @@ def kronecker_preconditioner(stats: IndexStatistics, *, damping: float | None = 
                     in zip(stats.matrices, whitening.squared(), strict=True))
     knobs = {"kind": "kronecker", **whitening.info, "damping_ratio": None if damping is not None else float(damping_ratio)}
     return Preconditioner(kind="kronecker", dim=stats.dim, knobs=knobs, matrix_factors=factors)
+
+
+def _check_kronecker_wide(wide: str, stats: IndexStatistics) -> None:
+    """A known ``kronecker_wide``, and full only where the index keeps exact rows to fit it from."""
+    if wide not in KRONECKER_WIDE:
+        raise ValueError(f"unknown kronecker_wide {wide!r}; expected one of {', '.join(KRONECKER_WIDE)}")
+    if wide == "full" and stats.kronecker_eigen is None:
+        raise GradientIndexError("attribution.kronecker_wide full needs an exact index, and this one stores "
+                                 "sketched rows", "set attribution.kronecker_wide auto (or diagonal), or rebuild "
+                                 "the index with grads.projection_dim none")
 
 
 def _kronecker_apply(q: np.ndarray, factors: Sequence[tuple[int, tuple[int, int], np.ndarray, np.ndarray]]) -> np.ndarray:

@@ -243,6 +243,10 @@ def _damping(knobs: Mapping[str, Any]) -> str:
     if kind == "diagonal":
         source = knobs.get("damping_source")
         return f" (1 / (E[g^2] + lambda), lambda = {_g(knobs.get('damping'))}, {source})"
+    if kind == "kronecker" and knobs.get("fit_rows") is not None:
+        return (f" (per LoRA matrix (L + lambda/2)^-1 (x) (R + lambda/2)^-1, full on both sides (wide sides up to "
+                f"{knobs.get('wide_max')}), from every row ({knobs.get('fit_rows')}), lambda = "
+                f"{_g(knobs.get('damping'))})")
     if kind == "kronecker":
         return (f" (per LoRA matrix (L + lambda/2)^-1 (x) (R + lambda/2)^-1, full on the rank side, from "
                 f"{knobs.get('sample_rows')} sampled rows, lambda = {_g(knobs.get('damping'))})")
