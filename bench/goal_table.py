@@ -63,6 +63,12 @@ def ranking_label(settings: dict[str, Any]) -> str:
     return ", ".join([report_ranking(settings), *(label for key, value, label in options if settings.get(key) == value)])
 
 
+def wide_side_label(report_dir: Path) -> str:
+    """", kronecker wide side full" where the report's point was scored with the full Kronecker fit, else ""."""
+    knobs = json.loads((report_dir / "report.json").read_text())["method"].get("preconditioner_knobs") or {}
+    return ", kronecker wide side full" if knobs.get("scheme") == "kronecker-full-v1" else ""
+
+
 def blame_vector(report_dir: Path, rows: int) -> np.ndarray:
     """Every training row's blame by position, from the report's scores.csv."""
     blame = np.full(rows, np.nan)
@@ -133,7 +139,7 @@ def score_case(directory: Path) -> dict[str, Any]:
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
         # a variant's rows are summed apart from the shipped defaults' in the goal rows
-        "ranking": ranking_label(settings),
+        "ranking": ranking_label(settings) + wide_side_label(directory / "report"),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it

@@ -70,11 +70,18 @@ def test_summed_blame_equals_each_checkpoint_attributed_alone_weighted_by_learni
     assert [m["weight"] for m in members] == pytest.approx([r / sum(rates) for r in rates], rel=1e-5)
     assert len({m["index_id"] for m in members}) == 3
     items = report["method"]["query_items"]  # no eval set: the first training rows stand in as the target
+    # kronecker_wide auto fits the wide side in full only for a point scored alone: the ensemble's are diagonal
+    assert report["method"]["preconditioner_knobs"]["scheme"] == "kronecker-rank-v1"
     expected = 0
     for member in members:
         alone = root / f"alone-{member['step']}"
-        _attribute(trained, tiny_base_dir, alone, Path(member["adapter"]), "--set", "attribution.checkpoints=1")
+        scored = _attribute(trained, tiny_base_dir, alone, Path(member["adapter"]), "--set", "attribution.checkpoints=1",
+                            "--set", "attribution.kronecker_wide=diagonal")
+        assert scored["method"]["preconditioner_knobs"]["scheme"] == "kronecker-rank-v1"
         expected = expected + member["weight"] * _item_blame(alone, items)
+    alone_auto = _attribute(trained, tiny_base_dir, root / "alone-auto", trained["adapter"], "--set",
+                            "attribution.checkpoints=1")
+    assert alone_auto["method"]["preconditioner_knobs"]["scheme"] == "kronecker-full-v1"
     np.testing.assert_allclose(_item_blame(root / "ensemble", items), expected, rtol=1e-5, atol=1e-9)
     assert "TracIn-CP" in (root / "ensemble" / "report.md").read_text()
 
@@ -91,7 +98,8 @@ def test_span_blame_is_each_checkpoints_span_blame_weighted_by_learning_rate(tra
     expected: dict[tuple[str, int, int], float] = {}
     for member in members:
         alone = _attribute(trained, tiny_base_dir, tmp_path / f"alone-{member['step']}", Path(member["adapter"]),
-                           "--set", "attribution.checkpoints=1", *drill_all)
+                           "--set", "attribution.checkpoints=1", "--set", "attribution.kronecker_wide=diagonal",
+                           *drill_all)  # as the ensemble fits each point (auto is full only for a point alone)
         for key, blame in _span_blames(alone).items():
             expected[key] = expected.get(key, 0.0) + member["weight"] * blame
     summed = _span_blames(report)
@@ -187,7 +195,9 @@ def test_the_checkpoints_indexes_count_against_the_disk_before_the_first_gradien
     argv = ["attribute", "--base-model", str(tiny_base_dir), "--adapter", str(trained["adapter"]), "--dataset",
             str(trained["dataset"]), "--eval-dataset", str(evals), "--set", "attribution.cluster_field=source",
             "--set", "evaluation.require_significant=false"]
-    assert main([*argv, "--out", str(tmp_path / "one"), "--set", "attribution.checkpoints=1"]) == 0
+    # diagonal: so the cache holds the index alone (a point scored alone caches its full kronecker fit beside it)
+    assert main([*argv, "--out", str(tmp_path / "one"), "--set", "attribution.checkpoints=1",
+                 "--set", "attribution.kronecker_wide=diagonal"]) == 0
     index = Index.open(next((tmp_path / "cache" / "indexes").iterdir()))
     estimate = IndexEstimate(index.num_examples, index.dim, index.manifest.storage_dtype, projected=False,
                              peak_memory_bytes=0, num_shards=len(index.manifest.shards))

@@ -84,8 +84,9 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
     row = _table_row(goal_table, cases, out)
     assert row["kind"] == "fact" and row["seed"] == 4 and row["held_out"]
     assert 0.0 <= row["recall_at_k"] <= 1.0 and row["planted_clusters"] == ["trivia_import"]
-    # the shipped attribution.ranking and attribution.canned_replies, read from the report's provenance
-    assert row["ranking"] == "smooth_max, kurtosis-weighted items, canned replies"
+    # the shipped attribution.ranking and attribution.canned_replies, read from the report's provenance, and the
+    # full Kronecker fit its one point took (kronecker_wide auto: the demo scores the adapter alone)
+    assert row["ranking"] == "smooth_max, kurtosis-weighted items, canned replies, kronecker wide side full"
     assert "| fact | 1 |" in out.with_suffix(".md").read_text()
     _carried_once_gone(goal_table, row, tmp_path / "elsewhere", out)
     _kept_when_asked(goal_table, cases, out)  # and an unknown case is refused:
@@ -561,3 +562,18 @@ def test_the_fused_rankings_put_each_items_top_row_first():
     for score in (fusion.best_rank(matrix), fusion.reciprocal_rank_fusion(matrix, 0.0, kurtosis=False)):
         assert set(np.argsort(-score)[:2].tolist()) == {0, 1}
     assert fusion.item_ranks(matrix)[:, 0].tolist()[:3] == [1, 3, 2]
+
+
+def test_the_rankings_table_means_tuning_held_out_and_fresh_seeds_apart():
+    finished = bench_module("finished_cases")
+
+    def case(name, kind, seed, recall):
+        return {"case": name, "kind": kind, "seed": seed, "methods": {"shipped": {"recall_at_k": recall}}}
+
+    cases = [case("fact-0", "fact", 0, 0.5), case("fact-3", "fact", 3, 0.7), case("span-5", "span", 5, 0.9),
+             case("fact-6", "fact", 6, 0.2)]
+    lines = finished.rankings_table("t", "ranking", cases, "cmd").splitlines()
+    assert lines[4].endswith("| tuning mean | held-out mean | fresh mean |")
+    assert lines[6] == "| shipped | 0.50 | 0.70 | 0.90 | 0.20 | 0.500 | 0.800 | 0.200 |"
+    without_fresh = finished.rankings_table("t", "ranking", cases[:3], "cmd").splitlines()
+    assert without_fresh[4].endswith("| tuning mean | held-out mean |") and without_fresh[6].endswith("| 0.500 | 0.800 |")

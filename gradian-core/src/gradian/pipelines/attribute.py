@@ -186,7 +186,8 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         statistics = index_statistics(index, config.attribution.preconditioner,
                                       chunk_bytes=config.attribution.chunk_bytes)
         preconditioner = fit_from_config(config.attribution, statistics,
-                                         adam_exp_avg_sq=_adam_state(run, config, capture))
+                                         adam_exp_avg_sq=_adam_state(run, config, capture),
+                                         scored_alone=len(ensemble_plan.members) <= 1)
         preconditioned = preconditioner.apply(queries)
         # Scored as already preconditioned: applying P again would hold a second queries x dim float64 copy.
         item_blame = ItemBlameCollector()  # every example's per-item blame, for scores.csv, from the same read
@@ -279,7 +280,7 @@ def _member_blame(view: LoadedModel, examples: Sequence[Example], config: Gradia
                                  "report this with the gradian doctor output")
     statistics = index_statistics(index, config.attribution.preconditioner, chunk_bytes=config.attribution.chunk_bytes)
     preconditioner = fit_from_config(config.attribution, statistics,
-                                     adam_exp_avg_sq=_adam_state(view.adapter_dir, config, capture))
+                                     adam_exp_avg_sq=_adam_state(view.adapter_dir, config, capture), scored_alone=False)
     collector = ItemBlameCollector()
     score_with_config(index, preconditioner.apply(queries), config.attribution, item_ids=item_ids,
                       item_sink=collector)
