@@ -89,7 +89,7 @@ class AttributionConfig:
                                choices=("none", "diagonal", "kronecker", "block", "adam"))
     damping: float | None = _opt(None, "absolute damping; null means damping_ratio x mean eigenvalue", min=0.0)
     damping_ratio: float = _opt(0.1, "damping relative to the mean eigenvalue", min=0.0)
-    # auto: at the adapter scored alone 0.610 -> 0.680 (tuning) and 0.670 -> 0.756 (held out) mean recall@k, none
+    # auto: at the adapter scored alone 0.610 -> 0.680 (tuning) and 0.670 -> 0.755 (held out) mean recall@k, none
     # lower; with 4 checkpoints one tuning case lost a planted row, so there it stays diagonal
     # (bench/results/kronecker_wide.md, bench/results/goal_table.md's kfull- rows)
     kronecker_wide: str = _opt("auto", "the kronecker fit's wide side (the hidden or MLP width): full fits it as a "

@@ -127,7 +127,7 @@ def from_config(config: AttributionConfig, stats: IndexStatistics, *, adam_exp_a
                 scored_alone: bool = True) -> Preconditioner:
     """The preconditioner an ``AttributionConfig`` asks for, at a point scored alone or one of several."""
     wide = config.kronecker_wide
-    # auto: the full wide side lifts the adapter scored alone (0.670 -> 0.756 mean recall@k held out); beside the
+    # auto: the full wide side lifts the adapter scored alone (0.670 -> 0.755 mean recall@k held out); beside the
     # run's checkpoints it gave as much as it took (bench/results/kronecker_wide.md, the goal table's kfull- rows)
     if wide == "auto" and not scored_alone:
         wide = "diagonal"
