@@ -146,13 +146,16 @@ def preconditioner(case: Case, kind: str) -> Any:
 
 def item_blame(case: Case, signal: str) -> np.ndarray:
     """Per-item blame [examples, items] of one point, scored as `gradian attribute` scores a checkpoint."""
+    queries = preconditioner(case, case.config.attribution.preconditioner).apply(query(case, signal))
+    return preconditioned_blame(case, queries, [item.id for item in case.items])
+
+
+def preconditioned_blame(case: Case, queries: np.ndarray, item_ids: Sequence[str]) -> np.ndarray:
+    """Per-item blame [examples, items] of already preconditioned queries, one per item id, read from the index."""
     from gradian.attribution.scoring import ItemBlameCollector, score_with_config
 
-    attribution = case.config.attribution
     collector = ItemBlameCollector()
-    queries = preconditioner(case, attribution.preconditioner).apply(query(case, signal))
-    score_with_config(case.index, queries, attribution, item_ids=[item.id for item in case.items],
-                      item_sink=collector)
+    score_with_config(case.index, queries, case.config.attribution, item_ids=list(item_ids), item_sink=collector)
     return collector.matrix()
 
 

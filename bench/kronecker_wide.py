@@ -121,19 +121,9 @@ def fitted_preconditioner(case: Any, moments: WideMoments, wide: str = "full") -
                           matrix_factors=moments.factors(attribution.damping_ratio, offsets, wide=wide))
 
 
-def blame_under(case: Any, queries: np.ndarray, pre: Any) -> np.ndarray:
-    """Per-item blame [examples, items] of the queries under one preconditioner, scored as the report's."""
-    from gradian.attribution.scoring import ItemBlameCollector, score_with_config
-
-    collector = ItemBlameCollector()
-    score_with_config(case.index, pre.apply(queries), case.config.attribution,
-                      item_ids=[item.id for item in case.items], item_sink=collector)
-    return collector.matrix()
-
-
 def score_case(directory: Path, base_model: str) -> dict[str, Any]:
     """recall@k / AUPRC of the shipped ranking under each preconditioner on one case, at the adapter alone."""
-    from accuracy_methods import load_case, preconditioner, query
+    from accuracy_methods import load_case, preconditioned_blame, preconditioner, query
     from finished_cases import planted_case, score_rankings
     from weakened_items import shipped_ranking
 
@@ -155,7 +145,8 @@ def score_case(directory: Path, base_model: str) -> dict[str, Any]:
                 FULL_SAMPLE: fitted_preconditioner(case, wide_moments(case.index, sample, chunk)),
                 FULL_EVERY: fitted_preconditioner(case, every),
                 SHIPPED_EVERY: fitted_preconditioner(case, every, wide="diagonal")}
-    score_rankings(row, truth, {name: shipped_ranking(blame_under(case, queries, pre))
+    item_ids = [item.id for item in case.items]
+    score_rankings(row, truth, {name: shipped_ranking(preconditioned_blame(case, pre.apply(queries), item_ids))
                                 for name, pre in variants.items()})
     print(f"  {directory.name}: " + ", ".join(f"{m['recall_at_k']:.2f}" for m in row["methods"].values()), flush=True)
     return row

@@ -66,17 +66,13 @@ def weakest_tokens(case: Any, items: list[Any]) -> tuple[list[Any], np.ndarray, 
 
 def weakest_token_blame(case: Any, encoded: list[Any], item_ids: list[str]) -> np.ndarray:
     """Per-item blame [examples, items] of the weakest-token queries, preconditioned and scored as the report's."""
-    from accuracy_methods import preconditioner
+    from accuracy_methods import preconditioned_blame, preconditioner
 
-    from gradian.attribution.scoring import ItemBlameCollector, score_with_config
     from gradian.query.signals import _encoded_gradients
 
-    attribution = case.config.attribution
     queries = _encoded_gradients(case.capture, case.loaded.tokenizer, encoded, case.config.grads.batch_size)
-    collector = ItemBlameCollector()
-    score_with_config(case.index, preconditioner(case, attribution.preconditioner).apply(queries), attribution,
-                      item_ids=item_ids, item_sink=collector)
-    return collector.matrix()
+    return preconditioned_blame(case, preconditioner(case, case.config.attribution.preconditioner).apply(queries),
+                                item_ids)
 
 
 def shipped_ranking(blame: np.ndarray) -> np.ndarray:

@@ -13,8 +13,16 @@ from gradian.attribution import kronecker_eigen as module
 from gradian.attribution.index_statistics import index_statistics
 from gradian.attribution.preconditioners import fit_preconditioner
 from gradian.errors import GradientIndexError
-from tests.core.test_grads_whitening import index_config, tiny_model  # noqa: F401  (the module-scoped fixture)
+from tests.core.test_grads_whitening import index_config
 from tests.core.test_index_build import build
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_base_dir, tiny_adapter_dir):
+    """The tiny base model with its LoRA adapter, loaded once for this module's index builds."""
+    from gradian.model.loaded import LoadedModel
+
+    return LoadedModel.load(tiny_base_dir, tiny_adapter_dir)
 
 
 def _dense_kronecker(index, damping_ratio: float, wide_max: int) -> list[np.ndarray]:
@@ -46,7 +54,7 @@ def _check_equal(pre, index, dense: list[np.ndarray]) -> None:
 
 
 @pytest.mark.parametrize("wide_max", [module.WIDE_MAX, 5], ids=["every side full", "wide sides over 5 diagonal"])
-def test_the_full_fit_is_the_dense_kronecker_inverse_over_every_row(tiny_model, tmp_path, monkeypatch,  # noqa: F811
+def test_the_full_fit_is_the_dense_kronecker_inverse_over_every_row(tiny_model, tmp_path, monkeypatch,
                                                                      wide_max):
     every_side_full = wide_max == module.WIDE_MAX
     monkeypatch.setattr(module, "WIDE_MAX", wide_max)
@@ -61,7 +69,7 @@ def test_the_full_fit_is_the_dense_kronecker_inverse_over_every_row(tiny_model, 
     assert fit_preconditioner("kronecker", statistics, kronecker_wide="diagonal").knobs["scheme"] == "kronecker-rank-v1"
 
 
-def test_the_decomposition_is_cached_beside_the_index_and_a_damaged_cache_is_fitted_again(tiny_model, tmp_path):  # noqa: F811
+def test_the_decomposition_is_cached_beside_the_index_and_a_damaged_cache_is_fitted_again(tiny_model, tmp_path):
     index = build(tiny_model, tmp_path)
     first = np.array(module.kronecker_eigen(index, 1 << 20).values)  # a copy: the mapping would see the damage
     record = json.loads((index.path / module.RECORD_NAME).read_text())
@@ -78,7 +86,7 @@ def test_the_decomposition_is_cached_beside_the_index_and_a_damaged_cache_is_fit
     np.testing.assert_array_equal(np.asarray(again.values), first)
 
 
-def test_an_index_it_cannot_write_beside_is_fitted_without_a_cache(tiny_model, tmp_path, monkeypatch):  # noqa: F811
+def test_an_index_it_cannot_write_beside_is_fitted_without_a_cache(tiny_model, tmp_path, monkeypatch):
     index = build(tiny_model, tmp_path)
     before = sorted(path.name for path in index.path.iterdir())
     monkeypatch.setattr(module.os, "access", lambda path, mode: False)  # as a read-only directory answers
@@ -87,7 +95,7 @@ def test_an_index_it_cannot_write_beside_is_fitted_without_a_cache(tiny_model, t
     assert sorted(path.name for path in index.path.iterdir()) == before
 
 
-def test_a_sketched_index_refuses_a_full_wide_side_and_auto_keeps_the_diagonal(tiny_model, tmp_path):  # noqa: F811
+def test_a_sketched_index_refuses_a_full_wide_side_and_auto_keeps_the_diagonal(tiny_model, tmp_path):
     from gradian.index.build import build_index
     from tests.core.test_index_build import make_examples
 
@@ -100,14 +108,14 @@ def test_a_sketched_index_refuses_a_full_wide_side_and_auto_keeps_the_diagonal(t
     assert fit_preconditioner("kronecker", statistics, kronecker_wide="auto").knobs["scheme"] == "kronecker-rank-v1"
 
 
-def test_a_side_no_row_touched_gets_no_inf_without_damping(tiny_model, tmp_path):  # noqa: F811
+def test_a_side_no_row_touched_gets_no_inf_without_damping(tiny_model, tmp_path):
     index = build(tiny_model, tmp_path)
     eigen = module.kronecker_eigen(index, 1 << 20)
     out = eigen.apply(np.ones((1, index.dim)), 0.0)
     assert np.isfinite(out).all()
 
 
-def test_no_room_for_the_cache_is_an_error_with_a_hint_and_leaves_nothing(tiny_model, tmp_path, monkeypatch):  # noqa: F811
+def test_no_room_for_the_cache_is_an_error_with_a_hint_and_leaves_nothing(tiny_model, tmp_path, monkeypatch):
     index = build(tiny_model, tmp_path)
     before = sorted(path.name for path in index.path.iterdir())
 
