@@ -211,6 +211,12 @@ def test_the_checkpoints_indexes_count_against_the_disk_before_the_first_gradien
         assert "not enough free disk for the 3 gradient indexes still to build" in err
         assert "attribution.checkpoints" in err and "Traceback" not in err and "index cache on" not in err
         assert _pages(disk) == 0 and not (tmp_path / "three").exists()  # refused before anything was written
+        # two indexes fit, but not with the full kronecker fit each point would keep beside its index
+        assert main([*argv, "--out", str(tmp_path / "two"), "--set", "attribution.checkpoints=2",
+                     "--set", "attribution.kronecker_wide=full"]) == 2
+        err = capsys.readouterr().err
+        assert "with the kronecker fit's" in err and "attribution.kronecker_wide=diagonal" in err
+        assert _pages(disk) == 0 and not (tmp_path / "two").exists()
         assert main([*argv, "--out", str(tmp_path / "two"), "--set", "attribution.checkpoints=2"]) == 0
         assert "; then 1 checkpoint index of the same size" in capsys.readouterr().err
         # run again, it reuses both indexes, so neither counts against the now nearly full disk

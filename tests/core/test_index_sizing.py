@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from gradian.errors import GradientIndexError
-from gradian.index.sizing import IndexEstimate, check_free_disk, estimate_index, human_bytes
+from gradian.index.sizing import (
+    IndexEstimate,
+    check_free_disk,
+    estimate_index,
+    free_bytes,
+    human_bytes,
+    kronecker_fit_bytes,
+)
 from gradian.index.store import Index
 from tests.core.test_index_cli import assert_error, index_args, run_cli, write_dataset
 from tests.support.disks import tmpfs
@@ -71,13 +78,36 @@ def test_the_refusal_names_what_the_index_cache_on_that_disk_holds(tmp_path, mon
     monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
     huge = IndexEstimate(10**6, 10**9, "float16", projected=False, peak_memory_bytes=0)  # 2 PB: never fits
     with pytest.raises(GradientIndexError) as refused:
-        check_free_disk(huge, [(tmp_path / "index", 0)])
+        check_free_disk(huge, [(tmp_path / "index", 0, 0)])
     assert "index cache" not in refused.value.hint  # nothing cached yet
     old = tmp_path / "cache" / "indexes" / "0123abcd"
     old.mkdir(parents=True)
     (old / "shard-00000.npy").write_bytes(bytes(2_500_000))
     with pytest.raises(GradientIndexError) as refused:
-        check_free_disk(huge, [(tmp_path / "index", 0), (old.parent / "fedc", 0)])
+        check_free_disk(huge, [(tmp_path / "index", 0, 0), (old.parent / "fedc", 0, 0)])
     hint = refused.value.hint
     assert "lower attribution.checkpoints" in hint
     assert "free 2.5 MB held by the index cache on that disk" in hint and "gradian cache prune" in hint
+
+
+def test_the_kronecker_fit_kept_beside_the_index_counts_against_the_disk(tmp_path):
+    small = IndexEstimate(10, 100, "float16", projected=False, peak_memory_bytes=0)
+    check_free_disk(small, [(tmp_path / "index", 0, 0)])
+    with pytest.raises(GradientIndexError) as refused:
+        check_free_disk(small, [(tmp_path / "index", 0, free_bytes(tmp_path))])
+    assert "with the kronecker fit's" in str(refused.value)
+    assert refused.value.hint.startswith("set attribution.kronecker_wide=diagonal")
+
+
+def test_the_estimate_line_names_the_kronecker_fit_where_one_will_be_kept(capsys, tmp_path, tiny_base_dir,
+                                                                            tiny_adapter_dir):
+    dataset = write_dataset(tmp_path / "train.jsonl", count=6)
+    code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, tmp_path / "full"))
+    assert code == 0, err
+    line = next(line for line in err.splitlines() if line.startswith("index estimate:"))
+    shapes = [tuple(block.stored_shape) for block in Index.open(tmp_path / "full").blocks]
+    assert f"the kronecker fit keeps {human_bytes(kronecker_fit_bytes(shapes))} beside it" in line
+    code, _, err = run_cli(capsys, *index_args(tiny_base_dir, tiny_adapter_dir, dataset, tmp_path / "diagonal",
+                                               "--set", "attribution.kronecker_wide=diagonal"))
+    assert code == 0, err
+    assert "kronecker fit" not in next(line for line in err.splitlines() if line.startswith("index estimate:"))

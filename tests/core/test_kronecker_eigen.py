@@ -13,6 +13,7 @@ from gradian.attribution import kronecker_eigen as module
 from gradian.attribution.index_statistics import index_statistics
 from gradian.attribution.preconditioners import fit_preconditioner
 from gradian.errors import GradientIndexError
+from gradian.index.sizing import kronecker_fit_bytes
 from tests.core.test_grads_whitening import index_config
 from tests.core.test_index_build import build
 
@@ -75,6 +76,9 @@ def test_the_decomposition_is_cached_beside_the_index_and_a_damaged_cache_is_fit
     record = json.loads((index.path / module.RECORD_NAME).read_text())
     assert record["index_id"] == index.index_id and record["examples"] == index.num_examples
     assert not list(index.path.glob("*.partial"))
+    # what the index build counted against the disk before it started
+    shapes = [tuple(block.stored_shape) for block in index.blocks]
+    assert (index.path / module.CACHE_NAME).stat().st_size == kronecker_fit_bytes(shapes)
     cached = module.kronecker_eigen(index, 1 << 20)
     np.testing.assert_array_equal(np.asarray(cached.values), first)
     # damaged: its checksum no longer holds, so it is fitted again rather than trusted

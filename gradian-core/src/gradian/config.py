@@ -146,6 +146,13 @@ class AttributionConfig:
         """``chunk_mb`` in bytes (at least one)."""
         return max(1, int(self.chunk_mb * (1 << 20)))
 
+    def wide_side(self, scored_alone: bool) -> str:
+        """full or diagonal: kronecker_wide made concrete for a point scored alone or beside the run's checkpoints."""
+        if self.kronecker_wide == "auto":
+            return "full" if scored_alone else "diagonal"
+        return self.kronecker_wide
+
+
 
 @dataclass(frozen=True)
 class TrainConfig:

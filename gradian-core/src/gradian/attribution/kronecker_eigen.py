@@ -26,10 +26,10 @@ import numpy as np
 
 from gradian.atomic_files import sha256_file, write_text_atomic
 from gradian.errors import GradientIndexError
+from gradian.index.sizing import KRONECKER_WIDE_MAX as WIDE_MAX
 from gradian.index.store import Index, rows_per_chunk
 
 SCHEME = "kronecker-full-v1"
-WIDE_MAX = 2048
 CACHE_NAME = "kronecker-eigen.npy"
 RECORD_NAME = "kronecker-eigen.json"
 

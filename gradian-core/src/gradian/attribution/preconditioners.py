@@ -126,14 +126,9 @@ def fit_preconditioner(kind: str, stats: IndexStatistics, *, damping: float | No
 def from_config(config: AttributionConfig, stats: IndexStatistics, *, adam_exp_avg_sq: np.ndarray | None = None,
                 scored_alone: bool = True) -> Preconditioner:
     """The preconditioner an ``AttributionConfig`` asks for, at a point scored alone or one of several."""
-    wide = config.kronecker_wide
-    # auto: the full wide side lifts the adapter scored alone (0.670 -> 0.755 mean recall@k held out); beside the
-    # run's checkpoints it gave as much as it took (bench/results/kronecker_wide.md, the goal table's kfull- rows)
-    if wide == "auto" and not scored_alone:
-        wide = "diagonal"
     return fit_preconditioner(config.preconditioner, stats, damping=config.damping,
                               damping_ratio=config.damping_ratio, adam_exp_avg_sq=adam_exp_avg_sq,
-                              kronecker_wide=wide)
+                              kronecker_wide=config.wide_side(scored_alone))
 
 
 def diagonal_preconditioner(second_moment: np.ndarray, *, damping: float | None = None,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gradian.atomic_files import write_with
-from gradian.config import GradianConfig, GradsConfig
+from gradian.config import AttributionConfig, GradianConfig, GradsConfig
 from gradian.data.encode import Encoded, encode
 from gradian.data.loss_mask import concrete_encoding, concrete_loss_mask
 from gradian.errors import DatasetError, GradientIndexError
@@ -50,6 +50,8 @@ from gradian.index.sizing import (
     IndexEstimate,
     check_free_disk,
     estimate_index,
+    human_bytes,
+    kronecker_fit_bytes,
     written_bytes,
 )
 from gradian.index.stats import StatsAccumulator
@@ -71,13 +73,16 @@ ProgressCallback = Callable[[int, int], None]
 
 def build_index(loaded_model: LoadedModel, dataset: Sequence[Example], config: GradianConfig | None = None,
                 out: Path | str | None = None, *, progress: ProgressCallback | None = None,
-                say: Callable[[str], None] | None = None, checkpoint_hashes: Sequence[str] = ()) -> Index:
+                say: Callable[[str], None] | None = None, checkpoint_hashes: Sequence[str] = (),
+                scored_alone: bool = True) -> Index:
     """Build the gradient index of ``dataset`` under ``loaded_model``'s adapter, or reuse an identical one.
 
     Before computing anything, ``say`` gets the estimate line (bytes per example, total size, peak memory), and a
     build whose shards would not fit on the output's disk is refused. ``checkpoint_hashes`` names the checkpoints
     whose indexes of the same examples the caller builds next (the checkpoint ensemble): those not in the index
-    cache yet count against its disk too, so a run short of disk learns it before the first gradient.
+    cache yet count against its disk too, so a run short of disk learns it before the first gradient, and so does
+    the kronecker fit attribution keeps beside an exact index it scores with a full wide side (``scored_alone``: this
+    index's point is scored without checkpoints, where kronecker_wide auto fits it).
     """
     config = config if config is not None else GradianConfig()
     examples = list(dataset)
@@ -95,10 +100,11 @@ def build_index(loaded_model: LoadedModel, dataset: Sequence[Example], config: G
                               [m.num_tokens for m in metas], [m.num_supervised for m in metas],
                               config.grads.batch_size, plan.shard_size)
     later = [checkpoint_plan(plan, adapter_hash) for adapter_hash in checkpoint_hashes]
+    fits = _kronecker_fit_bytes(capture, config.attribution, scored_alone)
     ranks = rank_context(loaded_model.device)
     try:
         return _build_on_ranks(plan, ranks, capture, examples, tokenizer, metas, config.grads, progress,
-                               estimate, say, later)
+                               estimate, say, later, fits)
     finally:
         ranks.close()
 
@@ -130,7 +136,7 @@ def follow_training_run(config: GradianConfig, loaded_model: LoadedModel, exampl
 def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: GradientCapture, examples: list[Example],
                     tokenizer: PreTrainedTokenizerBase, metas: list[ExampleMeta], grads: GradsConfig,
                     progress: ProgressCallback | None, estimate: IndexEstimate,
-                    say: Callable[[str], None] | None, later: Sequence[BuildPlan]) -> Index:
+                    say: Callable[[str], None] | None, later: Sequence[BuildPlan], fits: tuple[int, int]) -> Index:
     """Reuse the index in place, or compute this rank's shards and (rank 0) finish the directory."""
     ranks.check_same(plan.index_id, "index id")
     cached = reusable_index(plan.out_dir, plan.index_id, say if ranks.is_main else None)
@@ -140,9 +146,10 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: GradientCaptur
         if say is not None and ranks.is_main:
             then = (f"; then {len(pending)} checkpoint index{'es' if len(pending) > 1 else ''} of the same size "
                     "(attribution.checkpoints)") if pending else ""
-            say(estimate.line() + then)
-    to_build = ([] if cached is not None else [plan]) + pending
-    check_free_disk(estimate, [(p.out_dir, _resumable_bytes(p)) for p in to_build])
+            fit = f"; the kronecker fit keeps {human_bytes(fits[0])} beside it" if fits[0] else ""
+            say(estimate.line() + fit + then)
+    builds = ([] if cached is not None else [(plan.out_dir, _resumable_bytes(plan), fits[0])])
+    check_free_disk(estimate, builds + [(p.out_dir, _resumable_bytes(p), fits[1]) for p in pending])
     if cached is not None:
         ranks.barrier()
         return cached
@@ -159,6 +166,15 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: GradientCaptur
               "computed_examples": computed}
     ranks.together(lambda: finalize(plan, metas, timing) if ranks.is_main else None)
     return Index.open(plan.out_dir)
+
+
+def _kronecker_fit_bytes(capture: GradientCapture, attribution: AttributionConfig, scored_alone: bool) -> tuple[int, int]:
+    """Bytes of the kronecker fit kept beside this index and beside each checkpoint's: 0 where none is fitted."""
+    if attribution.preconditioner != "kronecker" or capture.projection is not None:
+        return 0, 0  # a projected index keeps its wide side diagonal, in the index's statistics
+    fit = kronecker_fit_bytes([entry.shape for entry in capture.block_layout])
+    here, checkpoints = (fit if attribution.wide_side(alone) == "full" else 0 for alone in (scored_alone, False))
+    return here, checkpoints
 
 
 def _resumable_bytes(plan: BuildPlan) -> int:

@@ -166,13 +166,15 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
             return _refuse(capability, config, out, stages, command, warnings=_model_warnings(loaded))
     ensemble_plan = plan_ensemble(config.attribution.checkpoints, _run_dir(run, loaded), loaded.adapter_dir,
                                   loaded.adapter_hash, allow_pickle=allow_pickle)
+    scored_alone = len(ensemble_plan.members) <= 1
     with stages.stage("index") as tick:
         from gradian.index.build import build_index  # imports torch; this module does not
 
         later = checkpoint_hashes(ensemble_plan, allow_pickle=allow_pickle)
         if config.attribution.base_point > 0 and loaded.adapter_hash is not None:
             later.append(base_point_hash(loaded.adapter_hash))  # its index is counted against the disk up front
-        index = build_index(loaded, examples, config, index_dir, progress=tick, say=say, checkpoint_hashes=later)
+        index = build_index(loaded, examples, config, index_dir, progress=tick, say=say, checkpoint_hashes=later,
+                            scored_alone=scored_alone)
     with stages.stage("query gradients"):
         from gradian.grads.capture import GradientCapture  # imports torch; this module does not
 
@@ -187,7 +189,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                                       chunk_bytes=config.attribution.chunk_bytes)
         preconditioner = fit_from_config(config.attribution, statistics,
                                          adam_exp_avg_sq=_adam_state(run, config, capture),
-                                         scored_alone=len(ensemble_plan.members) <= 1)
+                                         scored_alone=scored_alone)
         preconditioned = preconditioner.apply(queries)
         # Scored as already preconditioned: applying P again would hold a second queries x dim float64 copy.
         item_blame = ItemBlameCollector()  # every example's per-item blame, for scores.csv, from the same read
@@ -269,7 +271,7 @@ def _member_blame(view: LoadedModel, examples: Sequence[Example], config: Gradia
     from gradian.grads.capture import GradientCapture  # both import torch; this module does not
     from gradian.index.build import build_index
 
-    index = build_index(view, examples, config, None, progress=progress, say=say)  # kept in the index cache
+    index = build_index(view, examples, config, None, progress=progress, say=say, scored_alone=False)  # index cache
     capture = GradientCapture.for_index(view, config.grads, index)
     if capability is not None:
         queries, ids = _eval_queries(capture, view, capability, eval_items, config, signal_choice, canned=canned)
