@@ -229,6 +229,20 @@ def test_the_checkpoints_indexes_count_against_the_disk_before_the_first_gradien
         assert "held by the index cache on that disk" in err  # the two it just built, which pruning would free
 
 
+def test_gradian_index_counts_the_kronecker_fit_only_where_attribute_would_score_the_adapter_alone(
+        trained, tiny_base_dir, tmp_path, capsys):
+    argv = ["index", "--base-model", str(tiny_base_dir), "--adapter", str(trained["adapter"]), "--dataset",
+            str(trained["dataset"])]
+
+    def estimate(out: str, *extra: str) -> str:
+        assert main([*argv, "--out", str(tmp_path / out), *extra]) == 0
+        return next(line for line in capsys.readouterr().err.splitlines() if line.startswith("index estimate:"))
+
+    assert "kronecker fit" not in estimate("beside-checkpoints")  # the run's checkpoints sit next to the adapter
+    assert "the kronecker fit keeps" in estimate("alone", "--set", "attribution.checkpoints=1")
+    assert "the kronecker fit keeps" in estimate("full", "--set", "attribution.kronecker_wide=full")
+
+
 def test_a_canned_reply_that_is_no_cause_of_its_own_changes_no_number(trained, tiny_base_dir, tmp_path):
     """Two eval items that ask one question get one reply word for word from the tiny model; scored at every member
     with attribution.canned_replies (the default) and without, a reply that accuses no cluster of its own changes no

@@ -63,6 +63,7 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
                    allow_pickle: bool = False, trust_remote_code: bool = False, device: str = "auto",
                    dtype: str = "auto", overwrite: bool = False, tokenizer: Path | None = None) -> Any:
     """Check the inputs, load dataset and model, and build the index with a progress bar (rank 0 only)."""
+    from gradian.attribution.checkpoint_ensemble import plan_ensemble
     from gradian.cli.output import libraries_quiet, note
     from gradian.cli.progress import one_bar
     from gradian.errors import ConfigError
@@ -71,6 +72,7 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
     from gradian.model.base import base_model_for
     from gradian.model.loaded import LoadedModel, check_unsloth_absent, require_adapter
     from gradian.model.placement import resolve_placement
+    from gradian.runs.training_format import run_dir_of_adapter
 
     check_unsloth_absent()
     placement = resolve_placement(device, dtype)  # before anything is read: a bad --device writes nothing
@@ -93,10 +95,14 @@ def build_from_cli(base_model: str | None, adapter: Path | None, dataset: Path |
     with libraries_quiet():  # one progress bar on stderr: ours
         loaded = LoadedModel.load(base_model, adapter, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
                                   device=placement.device, dtype=placement.dtype, tokenizer=tokenizer)
+    # attribute scores an adapter beside its run's checkpoints with no kronecker fit kept beside the index
+    ensemble = plan_ensemble(cfg.attribution.checkpoints, run_dir_of_adapter(loaded.adapter_dir), loaded.adapter_dir,
+                             loaded.adapter_hash, allow_pickle=allow_pickle)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     label = "indexing" if world <= 1 else f"indexing (rank 0 of {world})"
     with one_bar(label, enabled=is_main_process()) as progress:
-        return build_index(loaded, examples, cfg, out, progress=progress, say=note if is_main_process() else None)
+        return build_index(loaded, examples, cfg, out, progress=progress, say=note if is_main_process() else None,
+                           scored_alone=len(ensemble.members) <= 1)
 
 
 def summary_line(index: Any) -> str:
