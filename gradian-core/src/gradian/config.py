@@ -153,7 +153,6 @@ class AttributionConfig:
         return self.kronecker_wide
 
 
-
 @dataclass(frozen=True)
 class TrainConfig:
     """How `gradian train` fine-tunes (only to check Gradian itself)."""
