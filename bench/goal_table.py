@@ -147,7 +147,7 @@ def score_case(directory: Path) -> dict[str, Any]:
         truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
         row.update(truth.score(blame_vector(directory / "report", len(scenario.train))))
         split = cause_scores(directory / "report", scenario, truth)
-        if split:
+        if split and split["clusters"]:  # a span case plants sentences, not a cluster: scored in scores.csv's blame
             # Where the report split the regression into causes, each planted cluster is looked for in the
             # ranking of the cause that accuses it (what the report lists for that cause), not in cause 1's.
             by_cause = split["clusters"]
@@ -237,7 +237,7 @@ def score_by_cause(document: dict[str, Any], item_ids: list[str], scenario: Any,
     """recall@k / AUPRC of ``blame_of(item columns, accused clusters)``: over every item where the report kept one
     cause, else each cause on its own items with each planted cluster in the cause accusing it, weighted by rows."""
     causes = document.get("causes") or []
-    if len(causes) < 2:
+    if len(causes) < 2 or not scenario.planted_clusters:  # one cause, or planted sentences with no cluster
         accused = [c for c in document["verdict"].get("accused_clusters") or [] if c]
         metrics = truth.score(blame_of(list(range(len(item_ids))), accused))
         return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}

@@ -577,3 +577,18 @@ def test_the_rankings_table_means_tuning_held_out_and_fresh_seeds_apart():
     assert lines[6] == "| shipped | 0.50 | 0.70 | 0.90 | 0.20 | 0.500 | 0.800 | 0.200 |"
     without_fresh = finished.rankings_table("t", "ranking", cases[:3], "cmd").splitlines()
     assert without_fresh[4].endswith("| tuning mean | held-out mean |") and without_fresh[6].endswith("| 0.500 | 0.800 |")
+
+
+def test_a_span_case_split_into_causes_is_scored_in_one_ranking_of_every_row():
+    """A span case plants sentences in rows of a clean cluster, so no cause can accuse a planted cluster: split into
+    causes, its planted rows are scored together in one ranking, as in a case the report kept whole."""
+    goal = bench_module("goal_table")
+    scenario = make_scenario("span", 3)
+    assert not scenario.planted_clusters
+    truth = scenario.ground_truth()
+    planted_first = np.zeros(len(scenario.train))
+    planted_first[list(scenario.planted_rows)] = 1.0
+    document = {"causes": [{"cause": 1, "items": ["a"], "accused_clusters": ["country_profiles"]},
+                           {"cause": 2, "items": ["b"], "accused_clusters": []}], "verdict": {}}
+    metrics = goal.score_by_cause(document, ["a", "b"], scenario, truth, lambda items, accused: planted_first)
+    assert metrics["recall_at_k"] == 1.0 and metrics["auprc"] == 1.0
