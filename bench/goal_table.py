@@ -65,7 +65,8 @@ def ranking_label(settings: dict[str, Any]) -> str:
 
 def wide_side_label(report_dir: Path) -> str:
     """", kronecker wide side full" where the report's point was scored with the full Kronecker fit, else ""."""
-    knobs = json.loads((report_dir / "report.json").read_text())["method"].get("preconditioner_knobs") or {}
+    method = json.loads((report_dir / "report.json").read_text())["method"] or {}  # none where nothing was scored
+    knobs = method.get("preconditioner_knobs") or {}
     return ", kronecker wide side full" if knobs.get("scheme") == "kronecker-full-v1" else ""
 
 
