@@ -592,3 +592,11 @@ def test_a_span_case_split_into_causes_is_scored_in_one_ranking_of_every_row():
                            {"cause": 2, "items": ["b"], "accused_clusters": []}], "verdict": {}}
     metrics = goal.score_by_cause(document, ["a", "b"], scenario, truth, lambda items, accused: planted_first)
     assert metrics["recall_at_k"] == 1.0 and metrics["auprc"] == 1.0
+
+
+def test_a_report_refused_before_scoring_has_no_fit_to_label(tmp_path):
+    goal = bench_module("goal_table")
+    (tmp_path / "report.json").write_text(json.dumps({"method": None}))
+    assert goal.wide_side_label(tmp_path) == ""
+    (tmp_path / "report.json").write_text(json.dumps({"method": {"preconditioner_knobs": {"scheme": "kronecker-full-v1"}}}))
+    assert goal.wide_side_label(tmp_path) == ", kronecker wide side full"
