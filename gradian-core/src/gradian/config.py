@@ -90,8 +90,8 @@ class AttributionConfig:
     damping: float | None = _opt(None, "absolute damping; null means damping_ratio x mean eigenvalue", min=0.0)
     damping_ratio: float = _opt(0.1, "damping relative to the mean eigenvalue", min=0.0)
     # auto: at the adapter scored alone 0.610 -> 0.680 (tuning) and 0.670 -> 0.755 (held out) mean recall@k, none
-    # lower; with 4 checkpoints one tuning case lost a planted row, so there it stays diagonal
-    # (bench/results/kronecker_wide.md, bench/results/goal_table.md's kfull- rows)
+    # lower; with 4 checkpoints it lost a planted row on a tuning case and, tested again, on an unseen one, so there
+    # it stays diagonal (bench/results/kronecker_wide.md, bench/results/kronecker_wide_checkpoints.md)
     kronecker_wide: str = _opt("auto", "the kronecker fit's wide side (the hidden or MLP width): full fits it as a "
                                "matrix from every row of an exact index (cached beside it), diagonal from 64 sampled "
                                "rows as a projected index must; auto is full where the index is exact and the "
