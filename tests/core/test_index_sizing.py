@@ -90,7 +90,8 @@ def test_the_refusal_names_what_the_index_cache_on_that_disk_holds(tmp_path, mon
     assert "free 2.5 MB held by the index cache on that disk" in hint and "gradian cache prune" in hint
 
 
-def test_the_kronecker_fit_kept_beside_the_index_counts_against_the_disk(tmp_path):
+def test_the_kronecker_fit_kept_beside_the_index_counts_against_the_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))  # an empty index cache: no hint about it first
     small = IndexEstimate(10, 100, "float16", projected=False, peak_memory_bytes=0)
     check_free_disk(small, [(tmp_path / "index", 0, 0)])
     with pytest.raises(GradientIndexError) as refused:
