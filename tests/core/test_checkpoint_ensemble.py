@@ -215,6 +215,7 @@ def test_the_checkpoints_indexes_count_against_the_disk_before_the_first_gradien
         assert main([*argv, "--out", str(tmp_path / "two"), "--set", "attribution.checkpoints=2",
                      "--set", "attribution.kronecker_wide=full"]) == 2
         err = capsys.readouterr().err
+        assert "; then 1 checkpoint index of the same size, each with its kronecker fit" in err
         assert "with the kronecker fit's" in err and "attribution.kronecker_wide=diagonal" in err
         assert _pages(disk) == 0 and not (tmp_path / "two").exists()
         assert main([*argv, "--out", str(tmp_path / "two"), "--set", "attribution.checkpoints=2"]) == 0

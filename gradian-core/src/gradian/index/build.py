@@ -144,8 +144,9 @@ def _build_on_ranks(plan: BuildPlan, ranks: RankContext, capture: GradientCaptur
     if cached is None:
         check_out_dir(plan.out_dir)
         if say is not None and ranks.is_main:
-            then = (f"; then {len(pending)} checkpoint index{'es' if len(pending) > 1 else ''} of the same size "
-                    "(attribution.checkpoints)") if pending else ""
+            each = ", each with its kronecker fit" if fits[1] else ""
+            then = (f"; then {len(pending)} checkpoint index{'es' if len(pending) > 1 else ''} of the same size"
+                    f"{each} (attribution.checkpoints)") if pending else ""
             fit = f"; the kronecker fit keeps {human_bytes(fits[0])} beside it" if fits[0] else ""
             say(estimate.line() + fit + then)
     builds = ([] if cached is not None else [(plan.out_dir, _resumable_bytes(plan), fits[0])])
