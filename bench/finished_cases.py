@@ -107,14 +107,11 @@ def rankings_table(title: str, first_column: str, cases: list[dict[str, Any]], c
     """One row per ranking of the cases' ``methods``, one column per case, then the tuning and held-out means (and
     the fresh cases', apart, where there are any)."""
     import numpy as np
-    from goal_table import FIRST_HELD_OUT_SEED, is_fresh
+    from goal_table import is_fresh, split_label
 
     scored = [case for case in cases if case["methods"]]
     names = list(scored[0]["methods"]) if scored else []
     splits = ["tuning", "held-out"] + (["fresh"] if any(is_fresh(case) for case in scored) else [])
-
-    def split(case: dict[str, Any]) -> str:
-        return "fresh" if is_fresh(case) else "held-out" if case["seed"] >= FIRST_HELD_OUT_SEED else "tuning"
 
     lines = [f"# {title}", "", f"`{command}`", "",
              f"| {first_column} | " + " | ".join(case["case"] for case in scored) + " | "
@@ -122,7 +119,7 @@ def rankings_table(title: str, first_column: str, cases: list[dict[str, Any]], c
              "|---|" + "---|" * (len(scored) + len(splits))]
     for name in names:
         recalls = [case["methods"][name]["recall_at_k"] for case in scored]
-        means = [[r for r, case in zip(recalls, scored, strict=True) if split(case) == part] for part in splits]
+        means = [[r for r, case in zip(recalls, scored, strict=True) if split_label(case) == part] for part in splits]
         means = [f"{np.mean(part):.3f}" if part else "-" for part in means]
         lines.append(f"| {name} | " + " | ".join(f"{r:.2f}" for r in recalls) + " | " + " | ".join(means) + " |")
     skipped = [f"{case['case']} ({case['skipped']})" for case in cases if case.get("skipped")]
