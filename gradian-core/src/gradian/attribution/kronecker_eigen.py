@@ -27,6 +27,7 @@ import numpy as np
 from gradian.atomic_files import sha256_file, write_text_atomic
 from gradian.errors import GradientIndexError
 from gradian.index.sizing import KRONECKER_WIDE_MAX as WIDE_MAX
+from gradian.index.sizing import kronecker_side_floats
 from gradian.index.store import Index, rows_per_chunk
 
 SCHEME = "kronecker-full-v1"
@@ -45,7 +46,7 @@ class Side:
     @property
     def size(self) -> int:
         """Floats this side takes in the cache."""
-        return self.width * (self.width + 1) if self.full else self.width
+        return kronecker_side_floats(self.width, self.full)
 
 
 @dataclass(frozen=True)

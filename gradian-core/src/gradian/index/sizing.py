@@ -110,9 +110,14 @@ def estimate_index(model: torch.nn.Module, dim: int, storage_dtype: str, project
                          num_shards=-(-len(token_counts) // shard_size))
 
 
+def kronecker_side_floats(width: int, full: bool) -> int:
+    """Floats one side of a matrix takes in the kronecker fit's cache: its eigenvalues, then its eigenvectors if full."""
+    return width * (width + 1) if full else width
+
+
 def kronecker_fit_bytes(shapes: Sequence[tuple[int, int]]) -> int:
     """Bytes of the full kronecker fit's cache beside an exact index whose LoRA matrices have these shapes."""
-    floats = sum(width * (width + 1) if width <= KRONECKER_WIDE_MAX else width for shape in shapes for width in shape)
+    floats = sum(kronecker_side_floats(width, width <= KRONECKER_WIDE_MAX) for shape in shapes for width in shape)
     return NPY_HEADER_BYTES + 4 * floats
 
 
