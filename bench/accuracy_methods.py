@@ -42,6 +42,7 @@ class Case:
     items: tuple[Any, ...]  # the regressed ItemResults (all of them when none regressed)
     config: Any
     run_dir: Path
+    scored_alone: bool = True  # False at a point of a checkpoint ensemble: attribute fits auto's wide side diagonal
 
     @property
     def prompts(self) -> dict[str, Any]:
@@ -91,13 +92,14 @@ def ensemble_points(final: Case, workdir: Path) -> Iterator[tuple[Any, Case]]:
     adapter = workdir / "train" / "adapter"
     plan = plan_ensemble(final.config.attribution.checkpoints, workdir / "train" / "run", adapter,
                          final.loaded.adapter_hash)
+    alone = len(plan.members) <= 1
     for member in plan.members or (EnsembleMember(None, adapter, None, 1.0, is_adapter=True),):
         if member.is_adapter:
-            yield member, final
+            yield member, dataclasses.replace(final, scored_alone=alone)
             continue
         with checkpoint_weights(final.loaded, member.adapter_dir) as view:
-            index = build_index(view, final.examples, final.config, None)
-            yield member, dataclasses.replace(final, loaded=view, index=index,
+            index = build_index(view, final.examples, final.config, None, scored_alone=alone)
+            yield member, dataclasses.replace(final, loaded=view, index=index, scored_alone=alone,
                                               capture=GradientCapture.for_index(view, final.config.grads, index))
 
 
@@ -141,7 +143,7 @@ def preconditioner(case: Case, kind: str) -> Any:
     attribution = dataclasses.replace(case.config.attribution, preconditioner=kind)
     adam = adam_second_moment(case.run_dir, case.capture) if kind == "adam" else None
     return from_config(attribution, index_statistics(case.index, kind, chunk_bytes=attribution.chunk_bytes),
-                       adam_exp_avg_sq=adam)
+                       adam_exp_avg_sq=adam, scored_alone=case.scored_alone)
 
 
 def item_blame(case: Case, signal: str) -> np.ndarray:

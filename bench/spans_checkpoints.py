@@ -62,15 +62,21 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     kind, seed = workdir.name.rsplit("-", 2)[-2:]
     scenario = make_scenario(kind, int(seed))
     config = load_config(workdir / "config.yaml")  # the case's own, its checkpoint ensemble included
-    final = load_case(workdir, base_model, config, read_report(workdir / "report"))
+    report = read_report(workdir / "report")
+    final = load_case(workdir, base_model, config, report)
     signal = validate_query_signal(config.evaluation.metric, config.evaluation.query_signal).effective
     regressed = {item.id: item for item in final.items}
     targets = [(span, regressed[t]) for span, t in zip(scenario.planted_spans, scenario.planted_targets, strict=True)
                if t in regressed]
+    # the report's own drill: its top planted examples, each against the item that blamed it most (the goal table's
+    # span top-1), scored after the targets in the same passes
+    planted = {span.example_id: span for span in scenario.planted_spans}
+    drilled = [(planted[drill.example_id], regressed[drill.query_item]) for drill in report.spans
+               if drill.example_id in planted]
 
     def at_point(case: Any) -> list[tuple[np.ndarray, np.ndarray]]:
         rows = []
-        for span, item in targets:
+        for span, item in targets + drilled:
             spans, blames = sentence_blames(case, signal, config.attribution.preconditioner,
                                             final.examples[span.row], item)
             planted = np.array([span.found_at(s.message_index, s.char_start, s.char_end) for s in spans])
@@ -80,12 +86,17 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
     points = []
     for member, case in ensemble_points(final, workdir):
         rows = at_point(case)
-        hits = {v: sum(int(planted[int(np.argmax(blame[v]))]) for blame, planted in rows) for v in VARIANTS}
+        hits = {v: sum(int(hit[int(np.argmax(blame[v]))]) for blame, hit in rows[:len(targets)]) for v in VARIANTS}
         points.append({"step": member.step, "weight": member.weight, "top1_hits": hits, "rows": rows})
-        print(f"  {workdir.name} step {member.step} (weight {member.weight:.3f}): {hits} of {len(rows)}", flush=True)
+        print(f"  {workdir.name} step {member.step} (weight {member.weight:.3f}): {hits} of {len(targets)}",
+              flush=True)
     summed = {v: sum(_summed_hits(points, i, v) for i in range(len(targets))) for v in VARIANTS}
-    print(f"  {workdir.name} learning-rate-weighted sum: {summed} of {len(targets)}", flush=True)
+    drill = {v: sum(_summed_hits(points, i, v) for i in range(len(targets), len(targets) + len(drilled)))
+             for v in VARIANTS}
+    print(f"  {workdir.name} learning-rate-weighted sum: {summed} of {len(targets)}; the report's drill: {drill} of "
+          f"{len(drilled)}", flush=True)
     return {"case": workdir.name, "checked": len(targets), "summed_top1_hits": summed,
+            "drill_checked": len(drilled), "drill_top1_hits": drill,
             "points": [{key: p[key] for key in ("step", "weight", "top1_hits")} for p in points]}
 
 
@@ -102,16 +113,20 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
              "Each point alone: top-1 hits (its step, its weight); the last point is the adapter. Sentence blame:",
              "restricted (the default) = the sentence's own tokens' loss in the whole example; removed = the example's",
              "blame minus its blame without the sentence; alone = the sentence as the whole answer.", "",
+             "The last column is the report's own drill (its top planted examples, each against the regressed item",
+             "that blamed it most: the goal table's span top-1) under each sentence blame, summed the same way.", "",
              "| case | sentence blame | " + " | ".join(f"point {j + 1} alone" for j in range(width))
-             + " | learning-rate-weighted sum |", "|---|---|" + "---|" * (width + 1)]
+             + " | learning-rate-weighted sum | the report's drill, summed |", "|---|---|" + "---|" * (width + 2)]
     for case in map(_by_variant, cases):
         for variant in VARIANTS:
             if variant not in case["summed_top1_hits"]:
                 continue
             cells = [f"{p['top1_hits'][variant]}/{case['checked']} (step {p['step']}, {p['weight']:.3f})"
                      for p in case["points"]] + ["-"] * (width - len(case["points"]))
+            drill = (f"{case['drill_top1_hits'][variant]}/{case['drill_checked']}" if "drill_top1_hits" in case
+                     else "-")
             lines.append(f"| {case['case']} | {variant} | " + " | ".join(cells)
-                         + f" | **{case['summed_top1_hits'][variant]}/{case['checked']}** |")
+                         + f" | **{case['summed_top1_hits'][variant]}/{case['checked']}** | {drill} |")
     return "\n".join(lines) + "\n"
 
 

@@ -92,8 +92,8 @@ def test_a_report_without_an_eval_set_reads_back_its_spans_and_null_numbers(tmp_
     write_report(document, tmp_path, scores=scores, draw_plots=False)
     report = read_report(tmp_path)
     assert report.verdict.kind == "no_capability_target" and report.attributed and report.capability is None
-    assert report.spans == (DrillRow(example_id=top, spans=(SpanRow("One.", 1, 0, 4, 0.5),
-                                                            SpanRow("Two.", 1, 5, 9, None))),)
+    assert report.spans == (DrillRow(example_id=top, query_item=ids[0], spans=(SpanRow("One.", 1, 0, 4, 0.5),
+                                                                               SpanRow("Two.", 1, 5, 9, None))),)
     assert [row.id for row in report.top_examples] == list(scores.top_ids())
     assert report.provenance.inputs == IndexedInputs() and report.provenance.index_id is None
 

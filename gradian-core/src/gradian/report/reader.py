@@ -120,6 +120,7 @@ class DrillRow:
     """The spans of one blamed example."""
 
     example_id: str
+    query_item: str  # the regressed item whose query drilled it
     spans: tuple[SpanRow, ...] = ()
 
 
@@ -270,7 +271,7 @@ def _cluster_method(method: JsonObject | None) -> ClusterMethod | None:
 
 
 def _drill(drill: JsonObject) -> DrillRow:
-    return DrillRow(example_id=drill.text("example_id"), spans=tuple(
+    return DrillRow(example_id=drill.text("example_id"), query_item=drill.text("query_item"), spans=tuple(
         SpanRow(text=span.text("text"), message_index=span.integer("message_index"), start=span.integer("start"),
                 end=span.integer("end"), blame=span.number("blame")) for span in drill.objects("spans")))
 
