@@ -600,3 +600,35 @@ def test_a_report_refused_before_scoring_has_no_fit_to_label(tmp_path):
     assert goal.wide_side_label(tmp_path) == ""
     (tmp_path / "report.json").write_text(json.dumps({"method": {"preconditioner_knobs": {"scheme": "kronecker-full-v1"}}}))
     assert goal.wide_side_label(tmp_path) == ", kronecker wide side full"
+
+
+@pytest.mark.slow
+def test_the_bench_fits_each_point_of_a_checkpoint_ensemble_as_attribute_does(cases, tiny_base_dir, tmp_path,
+                                                                              monkeypatch):
+    from gradian.attribution.index_statistics import index_statistics
+    from gradian.attribution.preconditioners import from_config
+    from gradian.config import load_config
+    from gradian.report.reader import read_report
+
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
+    methods = bench_module("accuracy_methods")
+    workdir = cases / "tiny-fact-4"
+    config = load_config(workdir / "config.yaml")
+    config = config.replace(attribution=dataclasses.replace(config.attribution, preconditioner="kronecker",
+                                                            kronecker_wide="auto"))
+    final = methods.load_case(workdir, str(tiny_base_dir), config, read_report(workdir / "report"))
+    assert final.scored_alone
+    alone_ensemble = config.replace(attribution=dataclasses.replace(config.attribution, checkpoints=1))
+    [(_, adapter)] = methods.ensemble_points(dataclasses.replace(final, config=alone_ensemble), workdir)
+    assert adapter.scored_alone
+    ensemble = config.replace(attribution=dataclasses.replace(config.attribution, checkpoints=2))
+    points = list(methods.ensemble_points(dataclasses.replace(final, config=ensemble), workdir))
+    assert len(points) == 2 and not any(case.scored_alone for _, case in points)
+    # auto beside checkpoints: attribute fits each point's wide side diagonal (pipelines/attribute.py), so must the bench
+    case = points[0][1]
+    stats = index_statistics(case.index, "kronecker")
+    probe = np.random.default_rng(0).normal(size=(2, case.index.dim))
+    for alone in (False, True):
+        fitted = from_config(case.config.attribution, stats, scored_alone=alone)
+        same = np.allclose(methods.preconditioner(case, "kronecker").apply(probe), fitted.apply(probe))
+        assert same is not alone
