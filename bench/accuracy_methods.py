@@ -130,7 +130,8 @@ def query(case: Case, signal: str, items: Sequence[Any] | None = None) -> np.nda
         return -_unit(_gradients(case.capture, case.loaded.tokenizer, pairs, case.config.grads.max_seq_length,
                                  case.config.grads.batch_size))
     result = query_gradients(case.capture, case.loaded.tokenizer, list(items or case.items), case.prompts, signal,
-                             max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size)
+                             max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size,
+                            measure=case.config.attribution.span_blame)
     return result.vectors
 
 
@@ -324,7 +325,8 @@ def span_localization(case: Case, scenario: Any, signal: str | None = None,
             continue
         q = pre.apply(query(case, signal, [regressed[target]]))[0]
         spans = span_blames(case.capture, case.loaded.tokenizer, case.examples[span.row], q,
-                            max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size)
+                            max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size,
+                            measure=case.config.attribution.span_blame)
         best = max(spans, key=lambda s: s.blame)
         checked += 1
         hits += int(span.found_at(best.message_index, best.char_start, best.char_end))

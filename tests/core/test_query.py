@@ -71,7 +71,7 @@ def test_span_blames_add_up_to_the_example_blame(setup):
     answer = "Paris is the capital of France. Rome is the capital of Italy. Madrid is in Spain."
     example = make_example(0, messages=(PROMPT[0], Message("assistant", answer)))
     query = np.random.default_rng(0).standard_normal(capture.dim)
-    spans = span_blames(capture, tokenizer, example, query, max_seq_length=128)  # restricted, the default
+    spans = span_blames(capture, tokenizer, example, query, max_seq_length=128, measure="restricted")
     assert [s.text for s in spans] == ["Paris is the capital of France.", "Rome is the capital of Italy.",
                                        "Madrid is in Spain."]
     encoded = encode(example, tokenizer, 128)
@@ -148,12 +148,13 @@ def test_span_blames_encode_a_raw_string_pair_as_the_index_does(setup, loss_mask
     example = make_example(0, messages=(Message("user", "Capital of France?"), Message("assistant", answer)),
                            format="prompt_completion", plain_pair=True)
     query = np.random.default_rng(1).standard_normal(capture.dim)
-    raw = span_blames(capture, tokenizer, example, query, max_seq_length=128, loss_mask=loss_mask, pairs="raw")
+    raw = span_blames(capture, tokenizer, example, query, max_seq_length=128, loss_mask=loss_mask, pairs="raw",
+                      measure="restricted")
     encoded = encode(example, tokenizer, 128, loss_mask=loss_mask, pairs="raw")
     assert [(s.token_start, s.token_end) for s in raw] == [
         encoded.tokens_for_chars(s.char_start, s.char_end, 0) for s in raw]
     assert len(raw) == 2 and raw[0].token_end <= raw[1].token_start
-    templated = span_blames(capture, tokenizer, example, query, max_seq_length=128)
+    templated = span_blames(capture, tokenizer, example, query, max_seq_length=128, measure="restricted")
     assert [(s.token_start, s.token_end) for s in templated] != [(s.token_start, s.token_end) for s in raw]
 
 

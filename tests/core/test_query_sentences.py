@@ -67,7 +67,7 @@ def test_drill_down_blames_whole_sentences_with_abbreviations():
     capture = GradientCapture(loaded, loss_reduction="sum")
     answer = "The U.S. capital is Washington. Dr. Smith lives in Paris."
     example = make_example(0, messages=(Message("user", "Where?"), Message("assistant", answer)))
-    spans = span_blames(capture, tokenizer, example, np.ones(capture.dim), max_seq_length=128)
+    spans = span_blames(capture, tokenizer, example, np.ones(capture.dim), max_seq_length=128, measure="restricted")
     assert [s.text for s in spans] == ["The U.S. capital is Washington.", "Dr. Smith lives in Paris."]
     assert [answer[s.char_start:s.char_end] for s in spans] == [s.text for s in spans]
     assert spans[0].token_end <= spans[1].token_start and all(s.token_end > s.token_start for s in spans)

@@ -3,19 +3,18 @@
 Whole-example influence dilutes one wrong sentence inside a long entry (the spec's ~760x); a sentence's own
 gradient does not. Three measures (``SPAN_BLAMES``, ``attribution.span_blame``), each -(query . g) of a gradient:
 
-- ``restricted`` (the default): the loss of the sentence's own tokens in the whole example. With ``sum``
-  reduction these add up to the answer's gradient (template tokens such as the end-of-turn belong to no sentence).
-- ``alone``: the example with the sentence as its whole answer, so nothing else in it can take the sentence's
-  blame. A true sentence that names the planted city ("Its largest city is Karachi.") before the wrong capital
-  sentence lets the later one copy the city at low loss, and the restricted measure then blames the true one
-  (the held-out span case's two misses).
+- ``alone`` (``attribution.span_blame``'s default): the example with the sentence as its whole answer, so nothing
+  else in it can take the sentence's blame. A true sentence that names the planted city ("Its largest city is
+  Karachi.") before the wrong capital sentence lets the later one copy the city at low loss, and the restricted
+  measure then blames the true one.
+- ``restricted``: the loss of the sentence's own tokens in the whole example. With ``sum`` reduction these add up to
+  the answer's gradient (template tokens such as the end-of-turn belong to no sentence).
 - ``removed``: the example's blame minus its blame with the sentence deleted, what dropping it would change.
 
-On the tests' tiny span fixture restricted puts the planted sentence first for 13 of 14 items, alone 10 and removed
-4. Summed over the checkpoint points on the two lr-5e-4 span tuning seeds, restricted puts it first on 27 of 28
-planted rows and alone on 26 (alone leads point by point, 99 against 90 of 112), so restricted stays, by a rule
-written before seed 0 was scored. The held-out seeds, scored after, favour alone: 26/26 against 19/26
-(bench/results/spans_checkpoints.md).
+On SmolLM2-135M span cases, summed over the checkpoint points, alone puts the planted sentence first on 54 of 58
+planted rows of five unseen seeds against restricted's 45 (the reports' own drill: 25/25 against 20/25), by a rule
+written before they were scored; on the two tuning seeds restricted led 27/28 to 26/28. On the tests' tiny random
+span fixture restricted does better (14 of 14 items against alone's 8) (bench/results/spans_checkpoints.md).
 
 Build the query from the one failing item the example is blamed for, not an average of items: that is the
 difference between 92% and 33% localization in the spec.
@@ -23,7 +22,7 @@ difference between 92% and 33% localization in the spec.
 Example::
 
     from gradian.query import span_blames
-    spans = span_blames(capture, tokenizer, example, preconditioned_query, max_seq_length=1024)
+    spans = span_blames(capture, tokenizer, example, preconditioned_query, max_seq_length=1024, measure="alone")
     worst = max(spans, key=lambda s: s.blame)
 """
 
@@ -67,7 +66,7 @@ class SpanBlame:
 
 def span_blames(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, example: Example, query: np.ndarray, *,
                 max_seq_length: int, batch_size: int = 8, loss_mask: str = DEFAULT_LOSS_MASK,
-                pairs: str = "template", measure: str = "restricted") -> list[SpanBlame]:
+                pairs: str = "template", measure: str) -> list[SpanBlame]:
     """Blame of every sentence of every supervised turn of an example under ``measure`` (``SPAN_BLAMES``).
 
     ``query`` is one preconditioned query vector in the capture's stored space; blame is -(query . g).
