@@ -130,8 +130,7 @@ def query(case: Case, signal: str, items: Sequence[Any] | None = None) -> np.nda
         return -_unit(_gradients(case.capture, case.loaded.tokenizer, pairs, case.config.grads.max_seq_length,
                                  case.config.grads.batch_size))
     result = query_gradients(case.capture, case.loaded.tokenizer, list(items or case.items), case.prompts, signal,
-                             max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size,
-                            measure=case.config.attribution.span_blame)
+                             max_seq_length=case.config.grads.max_seq_length, batch_size=case.config.grads.batch_size)
     return result.vectors
 
 
