@@ -8,7 +8,7 @@ that one item's query is taken at each point the ensemble plans (its own index, 
 alone and summed with the ensemble's weights; a hit is the planted sentence ranked first.
 
 The three sentence blames of ``attribution.span_blame`` are compared (``VARIANTS``, gradian/query/spans.py):
-``restricted`` (the default), the gradient of the sentence's own tokens' loss in the whole example; ``removed``, the
+``restricted`` (the default until stop 50), the gradient of the sentence's own tokens' loss in the whole example; ``removed``, the
 example's blame minus its blame with the sentence deleted; ``alone``, the blame of the example with the sentence as
 its whole answer. A true sentence naming the planted city
 ("Its largest city is Karachi.") can carry the restricted blame when the wrong capital sentence after it copies
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods nex
 RESULTS = Path(__file__).resolve().parent / "results" / "spans_checkpoints"
 
 
-VARIANTS = ("restricted", "removed", "alone")  # the default first
+VARIANTS = ("restricted", "removed", "alone")  # the old default first, the rows of earlier cases being its only
 
 
 def sentence_blames(case: Any, signal: str, kind: str, example: Any, item: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -111,8 +111,8 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     width = max(len(case["points"]) for case in cases)
     lines = ["# Span top-1 localization at the checkpoint ensemble's points", "", f"`{command}`", "",
              "Each point alone: top-1 hits (its step, its weight); the last point is the adapter. Sentence blame:",
-             "restricted (the default) = the sentence's own tokens' loss in the whole example; removed = the example's",
-             "blame minus its blame without the sentence; alone = the sentence as the whole answer.", "",
+             "restricted (the default until stop 50) = the sentence's own tokens' loss in the whole example; removed = the",
+             "example's blame minus its blame without the sentence; alone (the default) = the sentence as the whole answer.", "",
              "The last column is the report's own drill (its top planted examples, each against the regressed item",
              "that blamed it most: the goal table's span top-1) under each sentence blame, summed the same way.", "",
              "| case | sentence blame | " + " | ".join(f"point {j + 1} alone" for j in range(width))
@@ -131,7 +131,7 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 
 def _by_variant(case: dict[str, Any]) -> dict[str, Any]:
-    """A row with its hits per sentence-blame variant; a row measured before the variants has the shipped one's."""
+    """A row with its hits per sentence-blame variant; a row measured before the variants has restricted's."""
     if isinstance(case["summed_top1_hits"], dict):
         return case
     points = [{**p, "top1_hits": {"restricted": p["top1_hits"]}} for p in case["points"]]
