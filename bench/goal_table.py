@@ -63,6 +63,11 @@ def ranking_label(settings: dict[str, Any]) -> str:
     return ", ".join([report_ranking(settings), *(label for key, value, label in options if settings.get(key) == value)])
 
 
+def sentence_label(kind: str, settings: dict[str, Any]) -> str:
+    """", sentences blamed alone" on a span case drilled with attribution.span_blame alone (its span top-1 apart)."""
+    return ", sentences blamed alone" if kind == "span" and settings.get("span_blame") == "alone" else ""
+
+
 def wide_side_label(report_dir: Path) -> str:
     """", kronecker wide side full" where the report's point was scored with the full Kronecker fit, else ""."""
     method = json.loads((report_dir / "report.json").read_text())["method"] or {}  # none where nothing was scored
@@ -140,7 +145,7 @@ def score_case(directory: Path) -> dict[str, Any]:
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
         # a variant's rows are summed apart from the shipped defaults' in the goal rows
-        "ranking": ranking_label(settings) + wide_side_label(directory / "report"),
+        "ranking": ranking_label(settings) + wide_side_label(directory / "report") + sentence_label(kind, settings),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it

@@ -632,3 +632,11 @@ def test_the_bench_fits_each_point_of_a_checkpoint_ensemble_as_attribute_does(ca
         fitted = from_config(case.config.attribution, stats, scored_alone=alone)
         same = np.allclose(methods.preconditioner(case, "kronecker").apply(probe), fitted.apply(probe))
         assert same is not alone
+
+
+def test_a_span_case_drilled_with_sentences_alone_is_summed_apart_and_no_other_kind_is():
+    goal_table = bench_module("goal_table")
+    assert goal_table.sentence_label("span", {"span_blame": "alone"}) == ", sentences blamed alone"
+    assert goal_table.sentence_label("span", {"span_blame": "restricted"}) == ""
+    assert goal_table.sentence_label("span", {}) == ""  # a report from before span_blame existed
+    assert goal_table.sentence_label("fact", {"span_blame": "alone"}) == ""  # no span column to keep apart
