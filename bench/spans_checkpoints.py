@@ -5,7 +5,8 @@ At the final adapter the planted sentence is fitted and its gradient small; the 
 `gradian attribute` drills spans over the same points (gradian/pipelines/span_drill.py). For each planted span
 row whose attacked item regressed (every one, not only the report's top five), every sentence's blame against
 that one item's query is taken at each point the ensemble plans (its own index, preconditioner and query there),
-alone and summed with the ensemble's weights; a hit is the planted sentence ranked first.
+alone and summed with the ensemble's weights; a hit is the planted sentence ranked first. The report's own drilled
+planted rows, each against the item that drilled it, are scored the same way (the goal table's span top-1).
 
 The three sentence blames of ``attribution.span_blame`` are compared (``VARIANTS``, gradian/query/spans.py):
 ``restricted`` (the default until stop 50), the gradient of the sentence's own tokens' loss in the whole example; ``removed``, the
