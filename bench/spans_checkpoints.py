@@ -71,18 +71,20 @@ def score_case(workdir: Path, base_model: str) -> dict[str, Any]:
                if t in regressed]
     # the report's own drill: its top planted examples, each against the item that blamed it most (the goal table's
     # span top-1), scored after the targets in the same passes
-    planted = {span.example_id: span for span in scenario.planted_spans}
-    drilled = [(planted[drill.example_id], regressed[drill.query_item]) for drill in report.spans
-               if drill.example_id in planted]
+    by_id = {span.example_id: span for span in scenario.planted_spans}
+    drilled = [(by_id[drill.example_id], regressed[drill.query_item]) for drill in report.spans
+               if drill.example_id in by_id]
+    # a drilled row is mostly a target too (the same row against the same item): each pair is drilled once a point
+    pairs = {(span.row, item.id): (span, item) for span, item in targets + drilled}
 
     def at_point(case: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-        rows = []
-        for span, item in targets + drilled:
+        drilled_once = {}
+        for key, (span, item) in pairs.items():
             spans, blames = sentence_blames(case, signal, config.attribution.preconditioner,
                                             final.examples[span.row], item)
             planted = np.array([span.found_at(s.message_index, s.char_start, s.char_end) for s in spans])
-            rows.append(({variant: blames[variant] for variant in VARIANTS}, planted))
-        return rows
+            drilled_once[key] = ({variant: blames[variant] for variant in VARIANTS}, planted)
+        return [drilled_once[(span.row, item.id)] for span, item in targets + drilled]
 
     points = []
     for member, case in ensemble_points(final, workdir):
