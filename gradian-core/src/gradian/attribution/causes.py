@@ -140,8 +140,7 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
             best = (key, causes, k)
 
     def pooled() -> CauseSplit:  # built only where it stands: its accusations cost one more cluster test each
-        cause = Cause(tuple(item_ids), whole, whole_clusters)
-        return CauseSplit((_jackknifed(cause, item_blame, ids, item_ids, assignment, config),), groups=1)
+        return pooled_cause(item_blame, ids, item_ids, assignment, config, whole, whole_clusters)
 
     if best is None:
         return pooled()
@@ -152,6 +151,17 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
         return pooled()
     causes = sorted(corrected, key=lambda c: (c.accused is None, -(c.accused.z if c.accused else 0.0), c.item_ids))
     return CauseSplit(tuple(causes), groups=k)
+
+
+def pooled_cause(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], assignment: ClusterAssignment,
+                 config: AttributionConfig, whole: ExampleScores | None = None,
+                 whole_clusters: ClusterResult | None = None) -> CauseSplit:
+    """Every item attributed together as one cause (from ``whole`` where given), each accusation held without the
+    item that supports it most."""
+    if whole is None or whole_clusters is None:
+        whole, whole_clusters = _attributed(list(range(len(item_ids))), item_blame, ids, item_ids, assignment, config)
+    cause = Cause(tuple(item_ids), whole, whole_clusters)
+    return CauseSplit((_jackknifed(cause, item_blame, ids, item_ids, assignment, config),), groups=1)
 
 
 def _canned_split(reply: list[int], item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
