@@ -55,15 +55,20 @@ def pooled(report_dir: Path, document: dict[str, Any], scenario: Any) -> tuple[n
     rebuilt = ranked_with_config(matrix, rescore_items(matrix, ids, item_ids, first, aggregation=config.aggregation,
                                                        normalize=config.normalize, top_k=config.top_k), first, config)
     saved = np.array([float(row[f"{CAUSE_PREFIX}1"]) for row in rows])
-    order = {example: position for position, example in enumerate(rebuilt.ids)}
-    difference = float(np.max(np.abs(np.asarray(rebuilt.blame)[[order[e] for e in ids]] - saved)))
-    blame = np.asarray(ranked.blame)[[{e: p for p, e in enumerate(ranked.ids)}[e] for e in ids]]
-    return blame, [score.name for score in cause.clusters.accused_all], difference
+    difference = float(np.max(np.abs(_by_position(rebuilt, ids) - saved)))
+    return _by_position(ranked, ids), [score.name for score in cause.clusters.accused_all], difference
+
+
+def _by_position(scores: Any, ids: list[str]) -> np.ndarray:
+    """``scores``' blame in the order of ``ids`` (the dataset's)."""
+    where = {example: position for position, example in enumerate(scores.ids)}
+    return np.asarray(scores.blame)[[where[example] for example in ids]]
 
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
     """One case under the report and under the alternative."""
-    from goal_table import case_name, score_case as goal_row
+    from goal_table import case_name
+    from goal_table import score_case as goal_row
 
     from gradian.demo.run import reproduced_planted_ids
     from gradian.demo.scenarios import make_scenario
