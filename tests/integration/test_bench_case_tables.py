@@ -546,6 +546,19 @@ def test_a_planted_row_is_grouped_by_whether_its_item_regressed_and_which_cause_
     assert misses.row_group("a", {"a"}, {"c"}) == "target elsewhere"
 
 
+def test_the_one_cluster_splits_alternative_fires_only_on_a_k_means_split_left_accusing_one_cluster():
+    fires = bench_module("one_cluster_splits").fires
+
+    def cause(*accused, canned=False):
+        return {"accused_clusters": list(accused), **({"canned_reply": True} if canned else {})}
+
+    assert fires([cause("profiles"), cause()])  # span-7: one accusing cause beside a silent one
+    assert fires([cause(), cause()])
+    assert not fires([cause("profiles")])  # one cause: nothing was split
+    assert not fires([cause("facts"), cause("answers")])  # two distinct clusters: the split stands
+    assert not fires([cause("support", canned=True), cause()])  # a canned reply's split has a rule of its own
+
+
 @pytest.mark.slow
 def test_the_item_fusion_table_reproduces_the_shipped_ranking_as_the_item_weights_table_does(cases, tmp_path):
     row = _table_row(bench_module("item_fusion"), cases, tmp_path / "item_fusion")
