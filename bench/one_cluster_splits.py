@@ -55,14 +55,8 @@ def pooled(report_dir: Path, document: dict[str, Any], scenario: Any) -> tuple[n
     rebuilt = ranked_with_config(matrix, rescore_items(matrix, ids, item_ids, first, aggregation=config.aggregation,
                                                        normalize=config.normalize, top_k=config.top_k), first, config)
     saved = np.array([float(row[f"{CAUSE_PREFIX}1"]) for row in rows])
-    difference = float(np.max(np.abs(_by_position(rebuilt, ids) - saved)))
-    return _by_position(ranked, ids), [score.name for score in cause.clusters.accused_all], difference
-
-
-def _by_position(scores: Any, ids: list[str]) -> np.ndarray:
-    """``scores``' blame in the order of ``ids`` (the dataset's)."""
-    where = {example: position for position, example in enumerate(scores.ids)}
-    return np.asarray(scores.blame)[[where[example] for example in ids]]
+    difference = float(np.max(np.abs(rebuilt.blame - saved)))  # rescored blame keeps the order of ``ids``
+    return np.asarray(ranked.blame), [score.name for score in cause.clusters.accused_all], difference
 
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods nex
 RESULTS = Path(__file__).resolve().parent / "results" / "spans_checkpoints"
 
 
-VARIANTS = ("restricted", "removed", "alone")  # the old default first, the rows of earlier cases being its only
+VARIANTS = ("restricted", "removed", "alone")  # the old default first: rows of earlier cases hold its hits only
 
 
 def sentence_blames(case: Any, signal: str, kind: str, example: Any, item: Any) -> tuple[list[Any], dict[str, Any]]:
