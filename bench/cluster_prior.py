@@ -1,0 +1,119 @@
+"""Each row's blame shrunk toward its cluster's: the report's ranking plus a share of its cluster's mean blame.
+
+The report tests clusters and ranks rows apart: a row's rank is its own blame only. Where a cluster is accused at
+family-wise p 0.001, a row of it with middling blame is likelier a culprit than a row as blamed in a cluster that is
+not: on format-9 two planted French answers (the accused cluster holds the 20 planted rows and nothing else) rank 24
+and 27, below five `explanations` rows. The empirical-Bayes reading of a row's blame under a cluster prior is its
+own blame pulled toward its cluster's mean; for a ranking that is ``blame + share * cluster mean``. Variants: the
+share, and whether every cluster's mean counts or only the clusters the row's cause accuses (a clean control that
+accuses nothing is then unchanged). Each cause's ranking is shrunk on its own (its blame, its clusters' means over
+it, its accusations), and the planted rows scored in it as the goal table scores them.
+
+Per finished case, from its report only (seconds, no index read):
+
+    .venv/bin/python bench/cluster_prior.py --cases /work/bench-cases kurt-lr5e4-span-7 kurt-lr5e4-format-9 ...
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
+
+RESULTS = Path(__file__).resolve().parent / "results" / "cluster_prior"
+SHARES = (0.5, 1.0, 2.0)
+VARIANTS = ["report", *(f"{scope}, share {share}" for scope in ("every cluster", "accused clusters") for share in SHARES)]
+
+
+def shrunk(blame: np.ndarray, sources: list[str], accused: list[str], share: float, scope: str) -> np.ndarray:
+    """``blame`` plus ``share`` of the mean blame of each row's cluster (``scope`` "accused": accused clusters only)."""
+    names = np.array(sources)
+    prior = np.zeros_like(blame)
+    for name in set(sources):
+        if scope == "every" or name in accused:
+            members = names == name
+            prior[members] = blame[members].mean()
+    return blame + share * prior
+
+
+def variant_blame(name: str, blame: np.ndarray, sources: list[str], accused: list[str]) -> np.ndarray:
+    """The ranking a named variant gives a cause whose blame is ``blame`` and whose accusations are ``accused``."""
+    if name == "report":
+        return blame
+    scope, share = name.rsplit(", share ", 1)
+    return shrunk(blame, sources, accused, float(share), "every" if scope == "every cluster" else "accused")
+
+
+def score_case(directory: Path, args: Any) -> dict[str, Any]:
+    """One case under every variant: recall@k / AUPRC of its planted rows as the goal table scores the report."""
+    from goal_table import blame_vector, case_name, cause_blames, clusters_in_their_causes, weighted_by_rows
+    from goal_table import score_case as goal_row
+
+    from gradian.demo.run import reproduced_planted_ids
+    from gradian.demo.scenarios import make_scenario
+    from gradian.report.reader import read_report
+
+    kind, seed = case_name(directory)
+    scenario = make_scenario(kind, seed)
+    report_dir = directory / "report"
+    shipped = goal_row(directory)
+    row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "accused": shipped["accused"],
+                           "planted_clusters": list(scenario.planted_clusters), "variants": {}}
+    if not scenario.planted_rows or "recall_at_k" not in shipped:  # a clean control, or a case not attributed
+        return row
+    report = read_report(report_dir)
+    truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
+    sources = [str(example.fields[scenario.cluster_field]) for example in scenario.train]
+    split = cause_blames(report_dir)
+    for name in VARIANTS:
+        if split is None or not scenario.planted_clusters:  # one ranking: scores.csv's blame, every accusation
+            blame = variant_blame(name, blame_vector(report_dir, len(scenario.train)), sources, shipped["accused"])
+            metrics = truth.score(blame)
+            row["variants"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+        else:  # each cause shrunk on its own, each planted cluster scored in the cause accusing it
+            document, blames = split
+            shrunk_blames = [variant_blame(name, blame, sources, list(cause["accused_clusters"]))
+                             for cause, blame in zip(document["causes"], blames, strict=True)]
+            row["variants"][name] = weighted_by_rows(clusters_in_their_causes(document["causes"], shrunk_blames,
+                                                                              scenario))
+    return row
+
+
+def markdown(cases: list[dict[str, Any]], command: str) -> str:
+    """One row per variant, a column per planted case, the mean over them and over the span cases alone."""
+    from finished_cases import carried_note, recall_cells, recall_table_head
+
+    scored = [case for case in cases if case["variants"]]
+    span = [case for case in scored if case["kind"] == "span"]  # the planted rows among clean members of their cluster
+    lines = recall_table_head(__doc__.splitlines()[0], command, [case["case"] for case in scored], [])
+    lines[-2:] = ["| variant | " + " | ".join(case["case"] for case in scored) + " | mean | span mean |",
+                  "|---|" + "---|" * (len(scored) + 2)]
+
+    def mean(cases: list[dict[str, Any]], name: str) -> str:
+        return f"{np.mean([case['variants'][name]['recall_at_k'] for case in cases]):.3f}" if cases else "-"
+
+    for name in VARIANTS:
+        lines.append(f"| {name} | " + " | ".join(recall_cells(case["variants"], [name]) for case in scored)
+                     + f" | {mean(scored, name)} | {mean(span, name)} |")
+    unscored = [case["case"] for case in cases if not case["variants"]]
+    if unscored:
+        lines += ["", f"Not ranked against planted rows (a clean control, or not attributed): {', '.join(unscored)}; "
+                      "the accused-clusters variants leave a case that accuses nothing as it is."]
+    carried = carried_note(cases, "no report under --cases, so not scored again")
+    return "\n".join(lines + ([carried] if carried else [])) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score each named case (carrying the earlier row of one whose work dir is gone), print and write the table."""
+    from finished_cases import carrying_main
+
+    return carrying_main("cluster_prior", __doc__.splitlines()[0], RESULTS, argv,
+                         lambda case: (case / "report" / "report.json").is_file(), score_case, markdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
