@@ -247,7 +247,7 @@ def test_each_cause_is_ranked_by_ranking_and_keeps_what_it_accuses():
     collector = ItemBlameCollector()
     score_examples(ArraySource(train, split.primary.scores.ids), queries, item_ids=item_ids, item_sink=collector)
     matrix = collector.matrix()
-    ranked = split.ranked(matrix, item_ids, AttributionConfig(ranking="smooth_max"))
+    ranked = split.ranked(matrix, item_ids, AttributionConfig(ranking="smooth_max", cluster_prior=0.0))
     assert ranked.groups == split.groups == 2
     for before, after in zip(split.causes, ranked.causes, strict=True):
         assert after.item_ids == before.item_ids and after.clusters is before.clusters  # accusations untouched
@@ -258,9 +258,33 @@ def test_each_cause_is_ranked_by_ranking_and_keeps_what_it_accuses():
         np.testing.assert_allclose(after.scores.blame, expected, rtol=1e-12, atol=1e-12)
         assert not np.allclose(after.scores.blame, before.scores.blame)
         np.testing.assert_array_equal(after.scores.order()[:5], np.argsort(-expected, kind="stable")[:5])
-    same = split.ranked(matrix, item_ids, AttributionConfig(ranking="mean", item_weights="uniform"))  # the clusters'
-    # own blame: the aggregation's ranking with every item weighed the same
+    same = split.ranked(matrix, item_ids, AttributionConfig(ranking="mean", item_weights="uniform", cluster_prior=0.0))
+    # the clusters' own blame: the aggregation's ranking with every item weighed the same
     assert all(a.scores is b.scores for a, b in zip(split.causes, same.causes, strict=True))
+
+
+def test_each_cause_lifts_its_accused_clusters_members_by_a_share_of_their_mean_blame():
+    train, queries, item_ids, rows, _, _ = _two_causes()
+    split, _, _ = _attributed(train, queries, item_ids, rows)
+    collector = ItemBlameCollector()
+    score_examples(ArraySource(train, split.primary.scores.ids), queries, item_ids=item_ids, item_sink=collector)
+    matrix = collector.matrix()
+    own = split.ranked(matrix, item_ids, AttributionConfig(ranking="smooth_max", cluster_prior=0.0))
+    lifted = split.ranked(matrix, item_ids, AttributionConfig(ranking="smooth_max", cluster_prior=0.5))
+    for plain, cause in zip(own.causes, lifted.causes, strict=True):
+        assignment, accused = cause.clusters.assignment, [s.name for s in cause.clusters.accused_all]
+        assert accused and cause.clusters is plain.clusters  # what is accused never changes
+        expected = np.array(plain.scores.blame)
+        for name in accused:
+            members = assignment.members(name)
+            expected[members] += 0.5 * plain.scores.blame[members].mean()
+            assert cause.scores.cluster_prior.added[name] == pytest.approx(0.5 * plain.scores.blame[members].mean())
+        np.testing.assert_allclose(cause.scores.blame, expected, rtol=1e-12, atol=1e-12)
+        top = cause.scores.top_positions
+        np.testing.assert_array_equal(top, np.argsort(-expected, kind="stable")[:cause.scores.top_k])
+        columns = [item_ids.index(item) for item in cause.item_ids]
+        np.testing.assert_array_equal(cause.scores.top_item_blame, matrix[top][:, columns])  # the new top rows' detail
+        assert cause.scores.cluster_prior.share == 0.5 and plain.scores.cluster_prior is None
 
 
 def test_grouping_is_deterministic_and_finds_orthogonal_blocks():
@@ -400,3 +424,15 @@ def test_a_canned_replys_whole_reply_columns_replace_its_items_columns_and_nothi
     with pytest.raises(GradientIndexError):
         _WholeReply.set_apart(blame, queries, ("a", "b", "c", _WholeReply.column_id("c"), _WholeReply.column_id("a")),
                               ("a", "c"))
+
+
+def test_the_cluster_prior_leaves_a_ranking_that_accuses_nothing_as_it_is():
+    from gradian.attribution.cluster_prior import with_cluster_prior
+
+    train, queries, item_ids, rows, _, _ = _two_causes()
+    split, _, _ = _attributed(train, queries, item_ids, rows)
+    scores, assignment = split.primary.scores, split.primary.clusters.assignment
+    matrix = np.zeros((len(scores), len(item_ids)))
+    columns = range(len(scores.item_ids))
+    assert with_cluster_prior(scores, matrix, columns, assignment, [], 1.0) is scores
+    assert with_cluster_prior(scores, matrix, columns, assignment, [assignment.names[0]], 0.0) is scores

@@ -87,6 +87,12 @@ def planted_ranking(report: dict, scenario: Scenario) -> dict:
             "first_planted_example_rank": first_hit}
 
 
+def own_blame(rows: list[dict], report: dict) -> np.ndarray:
+    """scores.csv's blame less what attribution.cluster_prior added to the accused clusters' members (report.json)."""
+    added = (report["method"].get("cluster_prior") or {}).get("added", {})
+    return np.array([float(row["blame"]) - added.get(row["cluster"], 0.0) for row in rows])
+
+
 def assert_significant_regression(report: dict) -> None:
     capability = report["capability"]
     assert capability["significant"] and capability["delta"] < 0 and capability["ci_high"] < 0, capability
@@ -159,7 +165,7 @@ def test_examples_are_ranked_by_ranking_and_clusters_tested_on_aggregation(subst
         assert len(report.get("causes") or []) <= 1  # one cause: scores.csv's blame is its ranking over every item
         rows, matrix = scores_csv(outcome.out_dir)  # the items weighed by kurtosis, the default either way
         expected = combine(matrix, matrix.mean(axis=0), matrix.std(axis=0), kurtosis_weights(matrix))
-        np.testing.assert_allclose([float(row["blame"]) for row in rows], expected, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(own_blame(rows, report), expected, rtol=1e-6, atol=1e-9)
         top = [row["position"] for row in report["top_examples"]]
         assert top == [int(row["position"]) for row in sorted(rows, key=lambda row: int(row["rank"]))][:len(top)]
     assert contrastive.report["clusters"] == by_mean.report["clusters"]
@@ -188,7 +194,7 @@ def test_items_weighed_by_kurtosis_change_the_ranking_alone(substitution, contra
         share = kurtosis_weights(matrices[weights]) if weights == "kurtosis" else None
         expected = smooth_max_zscore(matrices[weights], matrices[weights].mean(axis=0), matrices[weights].std(axis=0),
                                      share)
-        np.testing.assert_allclose([float(row["blame"]) for row in rows], expected, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(own_blame(rows, outcome.report), expected, rtol=1e-6, atol=1e-9)
     np.testing.assert_array_equal(matrices["uniform"], matrices["kurtosis"])
     assert runs["uniform"].report["clusters"] == runs["kurtosis"].report["clusters"]
     said = "each item weighted by the kurtosis of its blame"
@@ -223,6 +229,30 @@ def answer_gradients(scenario: Scenario, report: dict, answer: str):
     # The classic signal is exactly the gradient of the "wanted" text's loss.
     return query_gradients(capture, loaded.tokenizer, items, prompts, "classic",
                            max_seq_length=config.grads.max_seq_length).vectors
+
+
+def test_the_accused_clusters_members_are_ranked_with_its_mean_blame_added(substitution, contrastive, tmp_path):
+    """attribution.cluster_prior (1 by default) adds to each member of an accused cluster its mean blame; what is
+    accused, and every other row's blame, are those of each row ranked by its own blame alone."""
+    alone = run(substitution, tmp_path / "alone", "evaluation.query_signal=contrastive", "attribution.cluster_prior=0")
+    assert "cluster_prior" not in alone.report["method"]
+    assert contrastive.report["clusters"] == alone.report["clusters"]
+    assert contrastive.report["verdict"]["accused_cluster"] == PLANTED_SOURCE
+    rows, _ = scores_csv(contrastive.out_dir)
+    plain, _ = scores_csv(alone.out_dir)
+    own = dict(zip((row["id"] for row in plain), own_blame(plain, alone.report), strict=True))
+    members = [own[row["id"]] for row in plain if row["cluster"] == PLANTED_SOURCE]
+    prior = contrastive.report["method"]["cluster_prior"]
+    assert prior["share"] == 1.0 and prior["added"] == {PLANTED_SOURCE: pytest.approx(float(np.mean(members)))}
+    for row in rows:
+        lift = prior["added"][PLANTED_SOURCE] if row["cluster"] == PLANTED_SOURCE else 0.0
+        assert float(row["blame"]) == pytest.approx(own[row["id"]] + lift, rel=1e-9, abs=1e-9)
+    ranked = sorted(rows, key=lambda row: int(row["rank"]))
+    assert all(float(a["blame"]) >= float(b["blame"]) for a, b in zip(ranked, ranked[1:], strict=False))
+    said = f"ranked with 1 x its cluster's mean blame added (`{PLANTED_SOURCE}` +"
+    assert said in (contrastive.out_dir / "report.md").read_text(encoding="utf-8")
+    print(f"\neach row's own blame: {planted_ranking(alone.report, substitution)}"
+          f"\nwith the cluster prior: {planted_ranking(contrastive.report, substitution)}")
 
 
 def test_the_classic_signal_loses_the_substitution(substitution, contrastive, tmp_path):

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gradian.attribution.aggregation import zscores
+from gradian.attribution.cluster_prior import with_cluster_prior
 from gradian.attribution.clusters import cluster_blame
 from gradian.attribution.results import ClusterAssignment, ClusterResult, ClusterScore, ExampleScores
 from gradian.attribution.scoring import ranked_with_config, rescore_items
@@ -95,11 +96,17 @@ class CauseSplit:
         return self.causes[0]
 
     def ranked(self, item_blame: np.ndarray, item_ids: Sequence[str], config: AttributionConfig) -> CauseSplit:
-        """Each cause's examples ranked by ``attribution.ranking`` over its own items; what it accuses unchanged."""
+        """Each cause's examples ranked by ``attribution.ranking`` over its own items, its accused clusters' members
+        lifted by ``attribution.cluster_prior``; what it accuses unchanged."""
         position = {item: column for column, item in enumerate(item_ids)}
-        causes = tuple(dataclasses.replace(cause, scores=ranked_with_config(
-            item_blame, cause.scores, [position[item] for item in cause.item_ids], config)) for cause in self.causes)
-        return CauseSplit(causes, self.groups)
+
+        def ranking(cause: Cause) -> ExampleScores:
+            columns = [position[item] for item in cause.item_ids]
+            scores = ranked_with_config(item_blame, cause.scores, columns, config)
+            return with_cluster_prior(scores, item_blame, columns, cause.clusters.assignment,
+                                      [score.name for score in cause.clusters.accused_all], config.cluster_prior)
+
+        return CauseSplit(tuple(dataclasses.replace(cause, scores=ranking(cause)) for cause in self.causes), self.groups)
 
     def overall_blame(self) -> np.ndarray | None:
         """Each example's highest standardized blame over the causes that accuse a cluster; None under two such."""

@@ -28,6 +28,17 @@ def _frozen(array: np.ndarray, dtype: npt.DTypeLike) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class ClusterPrior:
+    """What the ranking added to the members of each accused cluster: ``share`` of that cluster's mean blame."""
+
+    share: float
+    added: Mapping[str, float]  # accused cluster name -> the amount added to each member's blame
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "added", MappingProxyType(dict(self.added)))
+
+
 @dataclass(frozen=True, eq=False)
 class ExampleScores:
     """Aggregated blame of every training example against the regressed items, plus exact top-k detail.
@@ -51,6 +62,7 @@ class ExampleScores:
     normalize: bool
     passes: int = 1  # full reads of the index the scoring took
     item_weights: str = "uniform"  # how the aggregation weighed the items (attribution.item_weights)
+    cluster_prior: ClusterPrior | None = None  # added to the blame of accused clusters' members (attribution.cluster_prior)
 
     def __post_init__(self) -> None:
         n, q = len(self.ids), len(self.item_ids)

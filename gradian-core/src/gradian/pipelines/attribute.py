@@ -28,6 +28,7 @@ from gradian.attribution.checkpoint_ensemble import (
     score_checkpoints,
     with_base_point,
 )
+from gradian.attribution.cluster_prior import with_cluster_prior
 from gradian.attribution.clusters import assign_clusters, cluster_blame, clusters_from_field
 from gradian.attribution.index_statistics import index_statistics
 from gradian.attribution.preconditioners import Preconditioner
@@ -238,7 +239,10 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
             causes = causes.ranked(blame_matrix, item_ids, config.attribution)
             scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with cause 1
         else:
-            scores = ranked_with_config(blame_matrix, scores, range(len(item_ids)), config.attribution)
+            columns = range(len(item_ids))
+            scores = with_cluster_prior(ranked_with_config(blame_matrix, scores, columns, config.attribution),
+                                        blame_matrix, columns, assignment,
+                                        [score.name for score in clusters.accused_all], config.attribution.cluster_prior)
     with stages.stage("spans"):
         points = _scored_points(index, preconditioned, item_ids, ensemble, examples, config, capability, eval_items,
                                 signal_choice)

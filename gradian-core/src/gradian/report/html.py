@@ -17,6 +17,7 @@ from gradian.report.json_report import (
     canned_note,
     causes_alpha,
     checkpoints_text,
+    cluster_prior_text,
     clusters_aggregation,
     unexplained,
 )
@@ -182,7 +183,8 @@ def _method(method: Mapping[str, Any]) -> str:
     items = [f"preconditioner: {method['preconditioner']}",
              f"train gradients unit-normalized (cosine): {'yes' if method['normalize'] else 'no'}",
              f"aggregation over items: {method['aggregation']}, items weighed {method.get('item_weights', 'uniform')}"
-             f" (clusters and causes: {clusters_aggregation(method)}, items weighed uniform)",
+             f" (clusters and causes: {clusters_aggregation(method)}, items weighed uniform)"
+             f"{cluster_prior_text(method).replace('`', '')}",
              f"query items ({len(method['query_items'])}): {', '.join(method['query_items'][:SHOWN_ITEMS])}"
              + (f" and {len(method['query_items']) - SHOWN_ITEMS} more" if len(method['query_items']) > SHOWN_ITEMS
                 else ""),

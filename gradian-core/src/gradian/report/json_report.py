@@ -207,6 +207,8 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner, cluste
         "query_items": list(scores.item_ids),
         "index_passes": int(scores.passes),
     }
+    if scores.cluster_prior is not None:  # the ranking's blame less these amounts is each member's own
+        method["cluster_prior"] = {"share": scores.cluster_prior.share, "added": dict(scores.cluster_prior.added)}
     if checkpoints:  # TracIn-CP: the blame is the learning-rate weighted sum over these points of the run
         method["checkpoints"] = [dict(member) for member in checkpoints]
     if clusters is not None:
@@ -215,6 +217,16 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner, cluste
                               "knobs": _jsonable(dict(clusters.assignment.knobs)),
                               "permutations": clusters.permutations, "seed": clusters.seed, "alpha": clusters.alpha}
     return method
+
+
+def cluster_prior_text(method: Mapping[str, Any]) -> str:
+    """How the ranking lifted the accused clusters' members, as a clause ('' where it did not)."""
+    prior = method.get("cluster_prior")
+    if not prior:
+        return ""
+    added = ", ".join(f"`{name}` {amount:+.3g}" for name, amount in prior["added"].items())
+    return (f", each member of an accused cluster ranked with {prior['share']:g} x its cluster's mean blame added "
+            f"({added}; attribution.cluster_prior)")
 
 
 def checkpoints_text(members: Sequence[Mapping[str, Any]]) -> str:

@@ -14,6 +14,7 @@ from gradian.report.json_report import (
     canned_note,
     causes_alpha,
     checkpoints_text,
+    cluster_prior_text,
     clusters_aggregation,
     unexplained,
 )
@@ -101,8 +102,9 @@ def _target(signal: Mapping[str, Any]) -> str:
 def _top_examples(rows: list[Mapping[str, Any]], method: Mapping[str, Any]) -> str:
     lines = ["## Top blamed examples", "",
              f"Blame = -(P q) . g over {method['n_examples']} training examples, aggregated over "
-             f"{len(method['query_items'])} items by {_aggregation(method['aggregation'])}{_weighted(method)}; "
-             "positive = training on the example pushed the model toward the failure.", ""]
+             f"{len(method['query_items'])} items by {_aggregation(method['aggregation'])}{_weighted(method)}"
+             f"{cluster_prior_text(method)}; positive = training on the example pushed the model toward the failure.",
+             ""]
     if not rows:
         return "\n".join([*lines, "No examples scored."])
     lines += ["| rank | example | blame | cluster | excerpt |", "|---|---|---|---|---|"]
@@ -204,7 +206,8 @@ def _method(method: Mapping[str, Any]) -> str:
     lines = ["## Method", "",
              f"- preconditioner: {method['preconditioner']}{_damping(knobs)}",
              f"- train gradients unit-normalized (cosine): {'yes' if method['normalize'] else 'no'}",
-             f"- aggregation over items: {_aggregation(method['aggregation'])}{_weighted(method)}{_tested_on(method)}",
+             f"- aggregation over items: {_aggregation(method['aggregation'])}{_weighted(method)}{_tested_on(method)}"
+             f"{cluster_prior_text(method)}",
              f"- query items ({len(method['query_items'])}): {_listing(method['query_items'])}",
              f"- index read {method['index_passes']} time(s), in chunks"]
     if method.get("checkpoints"):
