@@ -16,6 +16,7 @@ Per finished case, from its report only (seconds, no index read):
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,39 @@ def variant_blame(name: str, blame: np.ndarray, sources: list[str], accused: lis
         return blame
     scope, share = name.rsplit(", share ", 1)
     return shrunk(blame, sources, accused, float(share), "every" if scope == "every cluster" else "accused")
+
+
+def mixed(report_dir: Path, document: dict[str, Any], scenario: Any, truth: Any,
+          sources: list[str]) -> dict[str, Any]:
+    """The planted rows' cluster(s) renamed as the largest clean one, every item attributed together (the product's
+    pooled attribution on the new clusters): recall@k / AUPRC by each row's own blame and with the prior at share 1."""
+    from collections import Counter
+
+    from goal_table import report_item_blame
+
+    from gradian.attribution.causes import pooled_cause
+    from gradian.attribution.cluster_prior import with_cluster_prior
+    from gradian.attribution.results import ClusterAssignment
+    from gradian.attribution.scoring import ranked_with_config
+    from gradian.config import build_config
+
+    config = build_config(document["provenance"]["config"]).attribution
+    rows, item_ids, matrix = report_item_blame(report_dir)
+    planted = {sources[position] for position in scenario.planted_rows}
+    into = next(name for name, _ in Counter(sources).most_common() if name not in planted)
+    renamed = [into if name in planted else name for name in sources]
+    names = tuple(dict.fromkeys(renamed))
+    assignment = ClusterAssignment(names=names, labels=np.array([names.index(name) for name in renamed]),
+                                   method="field", field=config.cluster_field)
+    cause = pooled_cause(matrix, [row["id"] for row in rows], item_ids, assignment, config).primary
+    columns = range(len(item_ids))
+    own = ranked_with_config(matrix, cause.scores, columns, config)
+    accused = [score.name for score in cause.clusters.accused_all]
+    lifted = with_cluster_prior(own, matrix, columns, assignment, accused, 1.0)
+    size = renamed.count(into)
+    return {"into": into, "size": size, "accused": accused,
+            **{name: {metric: truth.score(blame.blame)[metric] for metric in ("recall_at_k", "auprc")}
+               for name, blame in (("own", own), ("prior", lifted))}}
 
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
@@ -80,6 +114,8 @@ def score_case(directory: Path, args: Any) -> dict[str, Any]:
                              for cause, blame in zip(document["causes"], blames, strict=True)]
             row["variants"][name] = weighted_by_rows(clusters_in_their_causes(document["causes"], shrunk_blames,
                                                                               scenario))
+    row["mixed"] = mixed(report_dir, split[0] if split else json.loads((report_dir / "report.json").read_text()),
+                         scenario, truth, sources)
     return row
 
 
@@ -99,6 +135,17 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
     for name in VARIANTS:
         lines.append(f"| {name} | " + " | ".join(recall_cells(case["variants"], [name]) for case in scored)
                      + f" | {mean(scored, name)} | {mean(span, name)} |")
+    lines += ["", "## The planted rows in a larger clean cluster",  "",
+              "The planted rows' cluster renamed as the largest clean one (span: `country_profiles`, 20 planted of "
+              "64, into it as well), every item attributed together on those clusters: recall@k / AUPRC by each "
+              "row's own blame and with the prior at share 1, and what the pooled attribution accuses.", "",
+              "| case | merged into (rows) | accused | own blame | prior, share 1 |", "|---|---|---|---|---|"]
+    for case in scored:
+        merged = case.get("mixed")
+        if merged:
+            accused = ", ".join(f"`{name}`" for name in merged["accused"]) or "nothing"
+            lines.append(f"| {case['case']} | `{merged['into']}` ({merged['size']}) | {accused} | "
+                         f"{recall_cells(merged, ['own'])} | {recall_cells(merged, ['prior'])} |")
     unscored = [case["case"] for case in cases if not case["variants"]]
     if unscored:
         lines += ["", f"Not ranked against planted rows (a clean control, or not attributed): {', '.join(unscored)}; "
