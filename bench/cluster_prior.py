@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cluster_prior"
 SHARES = (0.5, 1.0, 2.0)
-VARIANTS = ["report", *(f"{scope}, share {share}" for scope in ("every cluster", "accused clusters") for share in SHARES)]
+VARIANTS = ["own blame",  # each row ranked by its own blame: the report before the prior shipped
+            *(f"{scope}, share {share}" for scope in ("every cluster", "accused clusters") for share in SHARES)]
 
 
 def shrunk(blame: np.ndarray, sources: list[str], accused: list[str], share: float, scope: str) -> np.ndarray:
@@ -41,9 +42,15 @@ def shrunk(blame: np.ndarray, sources: list[str], accused: list[str], share: flo
     return blame + share * prior
 
 
+def own_blame(blame: np.ndarray, sources: list[str], prior: dict[str, Any] | None) -> np.ndarray:
+    """A ranking's blame less what the report's cluster prior added to accused clusters' members (none: as it is)."""
+    added = (prior or {}).get("added", {})
+    return np.asarray(blame) - np.array([added.get(name, 0.0) for name in sources])
+
+
 def variant_blame(name: str, blame: np.ndarray, sources: list[str], accused: list[str]) -> np.ndarray:
     """The ranking a named variant gives a cause whose blame is ``blame`` and whose accusations are ``accused``."""
-    if name == "report":
+    if name == "own blame":
         return blame
     scope, share = name.rsplit(", share ", 1)
     return shrunk(blame, sources, accused, float(share), "every" if scope == "every cluster" else "accused")
@@ -103,19 +110,21 @@ def score_case(directory: Path, args: Any) -> dict[str, Any]:
     truth = scenario.ground_truth(reproduced_planted_ids(scenario, report))
     sources = [str(example.fields[scenario.cluster_field]) for example in scenario.train]
     split = cause_blames(report_dir)
-    for name in VARIANTS:
+    document = json.loads((report_dir / "report.json").read_text())
+    for name in VARIANTS:  # every variant from each row's own blame: a report written since the prior shipped lifts it
         if split is None or not scenario.planted_clusters:  # one ranking: scores.csv's blame, every accusation
-            blame = variant_blame(name, blame_vector(report_dir, len(scenario.train)), sources, shipped["accused"])
-            metrics = truth.score(blame)
+            own = own_blame(blame_vector(report_dir, len(scenario.train)), sources,
+                            document["method"].get("cluster_prior"))
+            metrics = truth.score(variant_blame(name, own, sources, shipped["accused"]))
             row["variants"][name] = {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
         else:  # each cause shrunk on its own, each planted cluster scored in the cause accusing it
-            document, blames = split
-            shrunk_blames = [variant_blame(name, blame, sources, list(cause["accused_clusters"]))
+            _, blames = split
+            shrunk_blames = [variant_blame(name, own_blame(blame, sources, cause.get("cluster_prior")), sources,
+                                           list(cause["accused_clusters"]))
                              for cause, blame in zip(document["causes"], blames, strict=True)]
             row["variants"][name] = weighted_by_rows(clusters_in_their_causes(document["causes"], shrunk_blames,
                                                                               scenario))
-    row["mixed"] = mixed(report_dir, split[0] if split else json.loads((report_dir / "report.json").read_text()),
-                         scenario, truth, sources)
+    row["mixed"] = mixed(report_dir, document, scenario, truth, sources)
     return row
 
 

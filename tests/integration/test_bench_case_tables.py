@@ -559,6 +559,37 @@ def test_the_one_cluster_splits_alternative_fires_only_on_a_k_means_split_left_a
     assert not fires([cause("support", canned=True), cause()])  # a canned reply's split has a rule of its own
 
 
+def test_the_bench_cluster_prior_is_the_one_attribute_ships_and_its_own_blame_undoes_it():
+    from gradian.attribution.cluster_prior import with_cluster_prior
+    from gradian.attribution.results import ClusterAssignment
+    from gradian.attribution.scoring import rescore_items
+
+    bench = bench_module("cluster_prior")
+    rng = np.random.default_rng(3)
+    matrix = rng.normal(size=(40, 4))
+    matrix[:8] += 1.5  # the rows of the cluster to accuse
+    sources = ["planted"] * 8 + ["clean"] * 16 + ["other"] * 16
+    names = ("planted", "clean", "other")
+    assignment = ClusterAssignment(names=names, labels=np.array([names.index(s) for s in sources]), method="field")
+    scores = rescore_items(matrix, [f"ex-{i}" for i in range(40)], ["a", "b", "c", "d"], range(4),
+                           aggregation="smooth_max", top_k=10)
+    lifted = with_cluster_prior(scores, matrix, range(4), assignment, ["planted"], 1.0)
+    np.testing.assert_allclose(bench.shrunk(scores.blame, sources, ["planted"], 1.0, "accused"), lifted.blame)
+    np.testing.assert_allclose(bench.own_blame(lifted.blame, sources, {"added": dict(lifted.cluster_prior.added)}),
+                               scores.blame)
+    assert not np.allclose(bench.shrunk(scores.blame, sources, ["planted"], 1.0, "every"), lifted.blame)
+
+
+@pytest.mark.slow
+def test_the_cluster_prior_table_rebuilds_each_rows_own_blame_and_the_shipped_ranking(cases, tmp_path):
+    row = _table_row(bench_module("cluster_prior"), cases, tmp_path / "cluster_prior")
+    weights = _table_row(bench_module("item_weights"), cases, tmp_path / "item_weights")
+    goal = _table_row(bench_module("goal_table"), cases, tmp_path / "goal")
+    assert row["variants"]["own blame"] == weights["methods"]["kurtosis"]  # rescored from the item columns
+    assert row["variants"]["accused clusters, share 1.0"]["recall_at_k"] == goal["recall_at_k"]  # what ships
+    assert row["mixed"]["into"] != "trivia_import" and row["mixed"]["size"] > 20
+
+
 @pytest.mark.slow
 def test_the_item_fusion_table_reproduces_the_shipped_ranking_as_the_item_weights_table_does(cases, tmp_path):
     row = _table_row(bench_module("item_fusion"), cases, tmp_path / "item_fusion")

@@ -24,7 +24,14 @@ import numpy as np
 
 from gradian.attribution.causes import CauseSplit
 from gradian.attribution.preconditioners import Preconditioner
-from gradian.attribution.results import ACCUSE_ALPHA, ClusterResult, ClusterScore, ExampleScores, SpanDrill
+from gradian.attribution.results import (
+    ACCUSE_ALPHA,
+    ClusterPrior,
+    ClusterResult,
+    ClusterScore,
+    ExampleScores,
+    SpanDrill,
+)
 from gradian.evaluation.capability import CapabilityResult, refusal_message
 from gradian.evaluation.query_signal import QuerySignalChoice
 
@@ -208,7 +215,7 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner, cluste
         "index_passes": int(scores.passes),
     }
     if scores.cluster_prior is not None:  # the ranking's blame less these amounts is each member's own
-        method["cluster_prior"] = {"share": scores.cluster_prior.share, "added": dict(scores.cluster_prior.added)}
+        method["cluster_prior"] = _prior(scores.cluster_prior)
     if checkpoints:  # TracIn-CP: the blame is the learning-rate weighted sum over these points of the run
         method["checkpoints"] = [dict(member) for member in checkpoints]
     if clusters is not None:
@@ -217,6 +224,10 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner, cluste
                               "knobs": _jsonable(dict(clusters.assignment.knobs)),
                               "permutations": clusters.permutations, "seed": clusters.seed, "alpha": clusters.alpha}
     return method
+
+
+def _prior(prior: ClusterPrior) -> dict[str, Any]:
+    return {"share": prior.share, "added": {name: _num(amount) for name, amount in prior.added.items()}}
 
 
 def cluster_prior_text(method: Mapping[str, Any]) -> str:
@@ -408,7 +419,8 @@ def _causes_list(causes: CauseSplit | None) -> list[dict[str, Any]] | None:
                     "alpha": cause.clusters.alpha,  # alpha / the split's groups: what a cause accuses below
                     "strongest_cluster": strongest.name if strongest else None,
                     "strongest_p_adjusted": _num(strongest.p_adjusted) if strongest else None,
-                    "top_examples": list(cause.scores.top_ids()[:5]), **({"canned_reply": True} if cause.canned else {})})
+                    "top_examples": list(cause.scores.top_ids()[:5]), **({"canned_reply": True} if cause.canned else {}),
+                    **({"cluster_prior": _prior(cause.scores.cluster_prior)} if cause.scores.cluster_prior else {})})
     return out
 
 
