@@ -60,7 +60,9 @@ def report_ranking(settings: dict[str, Any]) -> str:
 def ranking_label(settings: dict[str, Any]) -> str:
     """The goal table's name for how a report ranked its examples, with the options that change that ranking."""
     options = [("item_weights", "kurtosis", "kurtosis-weighted items"), ("canned_replies", True, "canned replies")]
-    return ", ".join([report_ranking(settings), *(label for key, value, label in options if settings.get(key) == value)])
+    prior = settings.get("cluster_prior") or 0.0  # absent before it shipped: each row by its own blame
+    return ", ".join([report_ranking(settings), *(label for key, value, label in options if settings.get(key) == value),
+                      *([f"cluster prior {prior:g}"] if prior > 0 else [])])
 
 
 def sentence_label(kind: str, settings: dict[str, Any]) -> str:

@@ -1,11 +1,12 @@
 """scores.csv (always) and scores.parquet (when pyarrow is installed): every training example's blame.
 
 One row per training example, most blamed first: ``position`` (row in the dataset, 0-based), ``id``, ``rank``
-(1 = most blamed), ``blame`` (aggregated), ``cluster`` (its cluster's name, empty without clusters),
-``accused`` (whether that cluster is accused); where the regression split into causes, one ``blame:cause-<n>``
-column per cause (its blame), and ``blame`` / ``rank`` are cause 1's, or, where two or more causes accuse a cluster,
-each example's highest standardized blame among those causes (``CauseSplit.overall_blame``), so the top rows hold
-every accused cause's most blamed examples; then one
+(1 = most blamed), ``blame`` (aggregated; a member of an accused cluster carries that cluster's share of mean
+blame, ``attribution.cluster_prior``, whose amounts report.json's method and causes record), ``cluster`` (its
+cluster's name, empty without clusters), ``accused`` (whether that cluster is accused); where the regression split
+into causes, one ``blame:cause-<n>`` column per cause (its blame), and ``blame`` / ``rank`` are cause 1's, or, where
+two or more causes accuse a cluster, each example's highest standardized blame among those causes
+(``CauseSplit.overall_blame``), so the top rows hold every accused cause's most blamed examples; then one
 ``item:<eval item id>`` column per query item holding that item's raw blame -(P q) . g before any per-item
 standardization (the same numbers as report.json's ``item_blame``). Wide, one column per item, because that is
 what ``pandas.read_csv`` users index by; a report without per-item numbers has no item columns.
