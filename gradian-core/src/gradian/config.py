@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import re
 import types
 import typing
@@ -323,6 +324,7 @@ def _coerce(key: str, value: Any, f: dataclasses.Field, hint: Any) -> Any:
         value = _yaml_float(value)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
+        ok = ok and math.isfinite(value)  # nan passes every range check, and no key means anything by inf
     elif hint is str:
         ok = isinstance(value, str)
     elif typing.get_origin(hint) is tuple:
