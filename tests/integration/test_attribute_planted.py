@@ -251,6 +251,8 @@ def test_the_accused_clusters_members_are_ranked_with_its_mean_blame_added(subst
     assert all(float(a["blame"]) >= float(b["blame"]) for a, b in zip(ranked, ranked[1:], strict=False))
     said = f"ranked with 1 x its cluster's mean blame added (`{PLANTED_SOURCE}` +"
     assert said in (contrastive.out_dir / "report.md").read_text(encoding="utf-8")
+    assert f"mean blame added ({PLANTED_SOURCE} +" in (contrastive.out_dir / "report.html").read_text(encoding="utf-8")
+    assert "mean blame added" not in (alone.out_dir / "report.md").read_text(encoding="utf-8")
     print(f"\neach row's own blame: {planted_ranking(alone.report, substitution)}"
           f"\nwith the cluster prior: {planted_ranking(contrastive.report, substitution)}")
 
