@@ -66,7 +66,7 @@ def mixed(report_dir: Path, document: dict[str, Any], scenario: Any, truth: Any,
 
     from gradian.attribution.causes import pooled_cause
     from gradian.attribution.cluster_prior import with_cluster_prior
-    from gradian.attribution.results import ClusterAssignment
+    from gradian.attribution.clusters import clusters_from_field
     from gradian.attribution.scoring import ranked_with_config
     from gradian.config import build_config
 
@@ -75,9 +75,7 @@ def mixed(report_dir: Path, document: dict[str, Any], scenario: Any, truth: Any,
     planted = {sources[position] for position in scenario.planted_rows}
     into = next(name for name, _ in Counter(sources).most_common() if name not in planted)
     renamed = [into if name in planted else name for name in sources]
-    names = tuple(dict.fromkeys(renamed))
-    assignment = ClusterAssignment(names=names, labels=np.array([names.index(name) for name in renamed]),
-                                   method="field", field=config.cluster_field)
+    assignment = clusters_from_field([{config.cluster_field: name} for name in renamed], config.cluster_field)
     cause = pooled_cause(matrix, [row["id"] for row in rows], item_ids, assignment, config).primary
     columns = range(len(item_ids))
     own = ranked_with_config(matrix, cause.scores, columns, config)
@@ -165,10 +163,10 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case (carrying the earlier row of one whose work dir is gone), print and write the table."""
-    from finished_cases import carrying_main
+    from finished_cases import carrying_main, has_report
 
     return carrying_main("cluster_prior", __doc__.splitlines()[0], RESULTS, argv,
-                         lambda case: (case / "report" / "report.json").is_file(), score_case, markdown)
+                         has_report, score_case, markdown)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,11 @@ def _parser(description: str, results: Path, names_help: str,
     return parser
 
 
+def has_report(case: Path) -> bool:
+    """Whether a case dir holds a finished report (what the tables that read reports only need)."""
+    return (case / "report" / "report.json").is_file()
+
+
 def carried_note(cases: list[dict[str, Any]], why: str = "work dir no longer on disk") -> str | None:
     """The line naming the cases whose rows came from the earlier results file; None where every case was scored."""
     carried = [case["case"] for case in cases if case.get("carried") and not case.get("kept")]

@@ -385,10 +385,9 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/goal_table.json and .md."""
-    from finished_cases import carrying_main
+    from finished_cases import carrying_main, has_report
 
-    return carrying_main("goal_table", __doc__.splitlines()[0], RESULTS, argv,
-                         lambda directory: (directory / "report" / "report.json").is_file(),
+    return carrying_main("goal_table", __doc__.splitlines()[0], RESULTS, argv, has_report,
                          lambda directory, args: score_case(directory), markdown)
 
 

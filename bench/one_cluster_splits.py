@@ -128,10 +128,10 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case (carrying the earlier row of one whose work dir is gone), print and write the table."""
-    from finished_cases import carrying_main
+    from finished_cases import carrying_main, has_report
 
     return carrying_main("one_cluster_splits", __doc__.splitlines()[0], RESULTS, argv,
-                         lambda case: (case / "report" / "report.json").is_file(), score_case, markdown)
+                         has_report, score_case, markdown)
 
 
 if __name__ == "__main__":

@@ -239,14 +239,19 @@ def test_a_group_rescored_from_held_blame_equals_scoring_its_items_alone():
         assert held.item_ids == alone.item_ids and np.array_equal(held.top_positions, alone.top_positions)
 
 
-def test_each_cause_is_ranked_by_ranking_and_keeps_what_it_accuses():
-    from gradian.attribution.aggregation import kurtosis_weights, smooth_max_zscore
-
+def _two_causes_with_item_blame():
+    """The two-causes fixture split into causes, its item ids, and every example's per-item blame [examples, items]."""
     train, queries, item_ids, rows, _, _ = _two_causes()
     split, _, _ = _attributed(train, queries, item_ids, rows)
     collector = ItemBlameCollector()
     score_examples(ArraySource(train, split.primary.scores.ids), queries, item_ids=item_ids, item_sink=collector)
-    matrix = collector.matrix()
+    return split, item_ids, collector.matrix()
+
+
+def test_each_cause_is_ranked_by_ranking_and_keeps_what_it_accuses():
+    from gradian.attribution.aggregation import kurtosis_weights, smooth_max_zscore
+
+    split, item_ids, matrix = _two_causes_with_item_blame()
     ranked = split.ranked(matrix, item_ids, AttributionConfig(ranking="smooth_max", cluster_prior=0.0))
     assert ranked.groups == split.groups == 2
     for before, after in zip(split.causes, ranked.causes, strict=True):
@@ -264,11 +269,7 @@ def test_each_cause_is_ranked_by_ranking_and_keeps_what_it_accuses():
 
 
 def test_each_cause_lifts_its_accused_clusters_members_by_a_share_of_their_mean_blame():
-    train, queries, item_ids, rows, _, _ = _two_causes()
-    split, _, _ = _attributed(train, queries, item_ids, rows)
-    collector = ItemBlameCollector()
-    score_examples(ArraySource(train, split.primary.scores.ids), queries, item_ids=item_ids, item_sink=collector)
-    matrix = collector.matrix()
+    split, item_ids, matrix = _two_causes_with_item_blame()
     own = split.ranked(matrix, item_ids, AttributionConfig(ranking="smooth_max", cluster_prior=0.0))
     lifted = split.ranked(matrix, item_ids, AttributionConfig(ranking="smooth_max", cluster_prior=0.5))
     for plain, cause in zip(own.causes, lifted.causes, strict=True):
