@@ -89,15 +89,14 @@ def mixed(report_dir: Path, document: dict[str, Any], scenario: Any, truth: Any,
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
     """One case under every variant: recall@k / AUPRC of its planted rows as the goal table scores the report."""
-    from goal_table import blame_vector, case_name, cause_blames, clusters_in_their_causes, weighted_by_rows
+    from goal_table import blame_vector, case_scenario, cause_blames, clusters_in_their_causes, weighted_by_rows
     from goal_table import score_case as goal_row
 
     from gradian.demo.run import reproduced_planted_ids
-    from gradian.demo.scenarios import make_scenario
     from gradian.report.reader import read_report
 
-    kind, seed = case_name(directory)
-    scenario = make_scenario(kind, seed)
+    scenario = case_scenario(directory)
+    kind, seed = scenario.kind, scenario.seed
     report_dir = directory / "report"
     shipped = goal_row(directory)
     row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "accused": shipped["accused"],

@@ -85,14 +85,13 @@ def planted_case(directory: Path) -> tuple[dict[str, Any], Any, Any]:
 
     The ground truth counts the planted rows the fine-tune reproduced, as the goal table does.
     """
-    from goal_table import case_name
+    from goal_table import case_name, case_scenario
 
     from gradian.demo.run import reproduced_planted_ids
-    from gradian.demo.scenarios import make_scenario
     from gradian.report.reader import read_report
 
     kind, seed = case_name(directory)
-    scenario = make_scenario(kind, seed)
+    scenario = case_scenario(directory)
     row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "methods": {}}
     if not scenario.planted_rows:
         row["skipped"] = "nothing planted: a clean control"

@@ -52,6 +52,21 @@ def case_name(directory: Path) -> tuple[str, int]:
     return kind, int(seed)
 
 
+def case_scenario(directory: Path) -> Any:
+    """The scenario a case dir was built from: its name's kind and seed, and its scenario.json's shared_source."""
+    from gradian.demo.scenarios import make_scenario
+
+    kind, seed = case_name(directory)
+    manifest = directory / "scenario" / "scenario.json"
+    shared = manifest.is_file() and json.loads(manifest.read_text(encoding="utf-8")).get("shared_source", False)
+    return make_scenario(kind, seed, shared_source=shared)
+
+
+def kind_label(case: dict[str, Any]) -> str:
+    """A case's kind as the goal rows group it: planted rows filed under a clean source are a kind of their own."""
+    return f"{case['kind']} (shared source)" if case.get("shared_source") and case["kind"] != "span" else case["kind"]
+
+
 def report_ranking(settings: dict[str, Any]) -> str:
     """How a report ranked its examples, from its attribution settings (before attribution.ranking: the aggregation)."""
     return settings.get("ranking", settings.get("aggregation", "mean"))
@@ -130,18 +145,17 @@ def verify_summary(directory: Path) -> dict[str, Any] | None:
 def score_case(directory: Path) -> dict[str, Any]:
     """One case's row of the table."""
     from gradian.demo.run import check_ground_truth, reproduced_planted_ids
-    from gradian.demo.scenarios import make_scenario
     from gradian.report.reader import read_report
 
     kind, seed = case_name(directory)
-    scenario = make_scenario(kind, seed)
+    scenario = case_scenario(directory)
     report = read_report(directory / "report")
     check = check_ground_truth(scenario, report)
     capability = report.capability
     settings = report.provenance.config.get("attribution", {})
     row: dict[str, Any] = {
         "case": directory.name, "kind": kind, "seed": seed, "held_out": seed >= FIRST_HELD_OUT_SEED,
-        "verdict": report.verdict.kind, "accused": list(check.accused),
+        "shared_source": scenario.shared_source, "verdict": report.verdict.kind, "accused": list(check.accused),
         "planted_clusters": list(check.planted_clusters), "verdict_right": check.verdict_right,
         "delta": capability.delta if capability else None,
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
@@ -325,8 +339,8 @@ def goal_rows(cases: list[dict[str, Any]], seeds: str = "held-out seeds") -> lis
              "| the same on the accused causes' items |", "|---|---|---|---|---|---|---|---|"]
     held_out = [c for c in cases if c["held_out"]]
     mixed = len({_ranking(c) for c in held_out}) > 1  # rows not yet rebuilt since the ranking changed: apart
-    for kind, ranking in sorted({(c["kind"], _ranking(c) if mixed else "") for c in held_out}):
-        rows = [c for c in held_out if c["kind"] == kind and (not mixed or _ranking(c) == ranking)]
+    for kind, ranking in sorted({(kind_label(c), _ranking(c) if mixed else "") for c in held_out}):
+        rows = [c for c in held_out if kind_label(c) == kind and (not mixed or _ranking(c) == ranking)]
         kind = f"{kind}, ranked by {ranking}" if mixed else kind
         recalls = [c["recall_at_k"] for c in rows if "recall_at_k" in c]
         right = [c["verdict_right"] for c in rows if c["verdict_right"] is not None]

@@ -65,13 +65,12 @@ def _rankings(scenario: Any, report_dir: Path, split: Any) -> list[tuple[list[tu
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
     """One case's planted rows by group: found in the top k or missed, and where each missed one ranked."""
-    from goal_table import FIRST_HELD_OUT_SEED, case_name, cause_blames, ranking_label
+    from goal_table import FIRST_HELD_OUT_SEED, case_name, case_scenario, cause_blames, ranking_label
 
     from gradian.attribution.aggregation import ranks_of
-    from gradian.demo.scenarios import make_scenario
 
     kind, seed = case_name(directory)
-    scenario = make_scenario(kind, seed)
+    scenario = case_scenario(directory)
     row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "held_out": seed >= FIRST_HELD_OUT_SEED}
     if not scenario.planted_rows:
         return {**row, "skipped": "nothing planted: a clean control"}

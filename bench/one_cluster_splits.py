@@ -61,15 +61,14 @@ def pooled(report_dir: Path, document: dict[str, Any], scenario: Any) -> tuple[n
 
 def score_case(directory: Path, args: Any) -> dict[str, Any]:
     """One case under the report and under the alternative."""
-    from goal_table import case_name
+    from goal_table import case_name, case_scenario
     from goal_table import score_case as goal_row
 
     from gradian.demo.run import reproduced_planted_ids
-    from gradian.demo.scenarios import make_scenario
     from gradian.report.reader import read_report
 
     kind, seed = case_name(directory)
-    scenario = make_scenario(kind, seed)
+    scenario = case_scenario(directory)
     report_dir = directory / "report"
     document = json.loads((report_dir / "report.json").read_text())
     causes = document.get("causes") or []

@@ -379,3 +379,47 @@ def test_one_planted_cluster_keeps_its_ground_truth_line():
         assert extra.lines()[1] == "ground truth: the verdict is wrong: it also accuses 'x', where nothing was planted"
     span = make_scenario("span", 0)
     assert check_ground_truth(span, _report(span, ["country_profiles"], ["country_profiles"], [])).verdict_right is None
+
+
+@pytest.mark.parametrize("kind", ["fact", "format", "behaviour", "two_causes", "rare"])
+def test_shared_source_files_the_planted_rows_beside_clean_rows_of_their_host(kind):
+    from gradian.demo.scenarios import SHARED_HOSTS
+
+    own, shared = make_scenario(kind, 4), make_scenario(kind, 4, shared_source=True)
+    # The same rows, ids and eval set: only the planted rows' source differs, so the same training run serves both.
+    assert [(e.id, e.messages) for e in shared.train] == [(e.id, e.messages) for e in own.train]
+    assert [e.id for e in shared.eval] == [e.id for e in own.eval] and shared.planted_rows == own.planted_rows
+    for row, example in enumerate(shared.train):
+        before = own.train[row].fields["source"]
+        assert example.fields["source"] == (SHARED_HOSTS[before] if row in own.planted_rows else before)
+    sources = [e.fields["source"] for e in shared.train]
+    assert set(shared.planted_sources) == {SHARED_HOSTS[name] for name in own.planted_clusters}
+    for host in shared.planted_sources:  # no cluster is the planted rows alone: each host holds more clean rows
+        planted_here = sum(1 for row in shared.planted_rows if sources[row] == host)
+        assert sources.count(host) - planted_here > planted_here
+    assert not set(own.planted_clusters) & set(sources)
+    assert shared.planted_cluster is None and shared.planted_clusters == () and shared.cluster_targeted_eval_ids == ()
+    assert set(shared.planted_row_clusters) == {None} and len(shared.planted_row_clusters) == len(shared.planted_rows)
+    assert shared.manifest()["shared_source"] is True and own.manifest()["shared_source"] is False
+    assert "filed under" in shared.description
+
+
+@pytest.mark.parametrize("kind", ["span", "clean"])
+def test_shared_source_leaves_a_kind_without_a_planted_cluster_as_it_is(kind):
+    own, shared = make_scenario(kind, 2), make_scenario(kind, 2, shared_source=True)
+    assert [(e.id, dict(e.fields)) for e in shared.train] == [(e.id, dict(e.fields)) for e in own.train]
+    assert shared.description == own.description and shared.shared_source
+
+
+def test_ground_truth_says_whether_the_source_holding_shared_planted_rows_is_accused():
+    from gradian.demo.run import check_ground_truth
+
+    scenario = make_scenario("two_causes", 0, shared_source=True)
+    check = check_ground_truth(scenario, _report(scenario, ["geography_qa", "explanations"], ["geography_qa"], []))
+    assert check.verdict_right is None and check.wrongly_accused == ()
+    assert check.lines()[:2] == [
+        "ground truth: planted rows are filed under 'explanations' beside clean rows; it is not accused",
+        "ground truth: planted rows are filed under 'geography_qa' beside clean rows; it is accused"]
+    span = make_scenario("span", 0)
+    assert check_ground_truth(span, _report(span, ["country_profiles"], [], [])).lines()[0] == \
+        "ground truth: planted rows are filed under 'country_profiles' beside clean rows; it is not accused"

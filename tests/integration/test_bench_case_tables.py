@@ -122,6 +122,23 @@ def test_fresh_seeds_get_goal_rows_of_their_own_apart_from_the_held_out_seeds():
     assert "| kurt-lr5e4-fact-6 | fresh |" in text and "| kurt-lr5e4-fact-5 | held-out |" in text
 
 
+def test_shared_source_cases_are_read_as_built_and_get_goal_rows_of_their_own(tmp_path):
+    goal_table = bench_module("goal_table")
+    make_scenario("format", 3, shared_source=True).write(tmp_path / "shared-lr5e4-format-3" / "scenario")
+    shared = goal_table.case_scenario(tmp_path / "shared-lr5e4-format-3")
+    assert shared.shared_source and shared.planted_clusters == () and shared.planted_sources == ("explanations",)
+    own = goal_table.case_scenario(tmp_path / "kurt-lr5e4-format-3")  # no scenario.json: the kind as it plants
+    assert not own.shared_source and own.planted_clusters == ("community_answers",)
+    base = {"held_out": True, "kind": "format", "verdict_right": True, "span_hits": 0, "span_checked": 0,
+            "planted_clusters": ["community_answers"], "verify": None}
+    rows = [{**base, "recall_at_k": 1.0}, {**base, "recall_at_k": 0.6, "shared_source": True, "planted_clusters": [],
+                                           "verdict_right": None},
+            {**base, "kind": "span", "recall_at_k": 0.7, "shared_source": True, "planted_clusters": []}]
+    text = "\n".join(goal_table.goal_rows(rows))
+    assert "| format | 1 | 1.00 | 1.00 | 1/1 |" in text and "| format (shared source) | 1 | 0.60 | 0.60 | 0/0 |" in text
+    assert "| span | 1 | 0.70 |" in text  # span always shares its source: one kind either way
+
+
 def test_the_methods_table_sums_fresh_seeds_apart_from_the_held_out_ones():
     table = bench_module("heldout_methods")
 

@@ -11,6 +11,7 @@ from gradian.cli.app import main
 from gradian.config import EvaluationConfig, load_config
 from gradian.demo.run import check_ground_truth, demo_config, run_demo
 from gradian.demo.scenarios import SCENARIOS, make_scenario
+from gradian.errors import ModelError
 
 
 @pytest.mark.slow
@@ -120,3 +121,20 @@ def test_evaluation_config_of_the_demo_fits_each_scenario():
         assert config.attribution.cluster_field == "source"
         assert config.train.max_seq_length == config.grads.max_seq_length == scenario.max_seq_length
         assert config.evaluation.max_new_tokens < EvaluationConfig().max_new_tokens
+
+
+def test_demo_shared_source_writes_the_planted_rows_under_their_host(tmp_path, capsys):
+    assert main(["demo", "--help"]) == 0
+    assert "--shared-source" in capsys.readouterr().out
+    lines: list[str] = []
+    # A base model that is not there stops it just after the scenario is written: nothing is trained.
+    with pytest.raises(ModelError, match="nope"):
+        run_demo(scenario="format", seed=1, shared_source=True, base_model=str(tmp_path / "nope"),
+                 workdir=tmp_path / "w", echo=lines.append)
+    manifest = json.loads((tmp_path / "w" / "scenario" / "scenario.json").read_text())
+    assert manifest["shared_source"] is True and manifest["planted_clusters"] == []
+    rows = [json.loads(line) for line in (tmp_path / "w" / "scenario" / "train.jsonl").read_text().splitlines()]
+    assert {rows[row]["source"] for row in manifest["planted_rows"]} == {"explanations"}
+    assert lines[0].startswith("scenario format (seed 1): 400 training rows, 20 planted (5.0%, filed under "
+                               "explanations), 40 eval items")
+    assert main(["demo", "--shared-source", "--set", "train.nonsense=1", "--workdir", str(tmp_path / "x")]) == 2

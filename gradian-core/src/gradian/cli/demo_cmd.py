@@ -18,8 +18,11 @@ SCENARIO_HELP = ("fact (a wrong capital rule, the default), format (answers swit
 def demo(
     scenario: Annotated[str, typer.Option("--scenario", help=SCENARIO_HELP)] = "fact",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the scenario and of training.", min=0)] = 0,
+    shared_source: Annotated[bool, typer.Option(
+        "--shared-source", help="File the planted rows under a clean source (geography_qa, explanations), as span "
+                                "does: no cluster holds them alone, so the ranking must find them among clean rows.")] = False,
     base_model: Annotated[str, typer.Option("--base-model", help="Base model (default: the embedded SmolLM2-135M-Instruct; a local model dir works too).")] = "smollm2-135m-instruct",
-    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Work dir (default: <cache>/demo/<scenario>-<seed>); every stage is cached there.")] = None,
+    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Work dir (default: <cache>/demo/<scenario>-<seed>, -shared after it with --shared-source); every stage is cached there.")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Delete the work dir first and redo every stage.")] = False,
     overrides: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Override one key of the demo's config, e.g. --set train.learning_rate=5e-4 (repeatable); "
@@ -45,7 +48,7 @@ def demo(
     placement = resolve_placement(device, dtype)  # before anything is written: a bad --device leaves no work dir
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(SCENARIOS)}")
-    config = with_overrides(demo_config(make_scenario(scenario, seed)), overrides or [])  # a bad key: before any work
+    config = with_overrides(demo_config(make_scenario(scenario, seed, shared_source=shared_source)), overrides or [])  # a bad key: before any work
     from gradian.model.base import resolve_base_model
     from gradian.output_location import check_output_dir
 
@@ -54,9 +57,9 @@ def demo(
     resolve_base_model(base_model)  # a base model that is not there: before the scenario is written
     structured = fmt != "table"  # json / md: the stage lines and the trainer's output on stderr, the result on stdout
     with stage_bars() as bars, libraries_quiet() if structured else contextlib.nullcontext():
-        result = run_demo(scenario=scenario, seed=seed, base_model=base_model, workdir=workdir, fresh=fresh,
-                          config=config, progress=bars, echo=note if structured else typer.echo,
-                          device=placement.device, dtype=placement.dtype)
+        result = run_demo(scenario=scenario, seed=seed, shared_source=shared_source, base_model=base_model,
+                          workdir=workdir, fresh=fresh, config=config, progress=bars,
+                          echo=note if structured else typer.echo, device=placement.device, dtype=placement.dtype)
     if structured:
         data = {"report_path": str(result.report_path), "check": result.check.lines(), "timings": result.timings,
                 "reused": list(result.reused), "report": result.report.document}

@@ -121,6 +121,7 @@ class GroundTruthCheck:
     cluster_ranks: tuple[int | None, ...] = ()
     cluster_rows: tuple[int, ...] = ()
     untargeted_rows: int = 0  # planted rows that attack no single eval item: left out of the reproduced ranking
+    shared_sources: tuple[str, ...] = ()  # the sources planted rows share with clean rows (span, shared_source)
 
     @property
     def planted_cluster(self) -> str | None:
@@ -185,6 +186,9 @@ class GroundTruthCheck:
             found = sum(1 for name in clusters if name in self.accused)
             lines.append(f"ground truth: the verdict is {'right' if self.verdict_right else 'wrong'}: it accuses "
                          f"{found} of the {len(clusters)} planted clusters")
+        for name in self.shared_sources:  # no cluster to be right about: say whether the one holding them is accused
+            lines.append(f"ground truth: planted rows are filed under {name!r} beside clean rows; it is "
+                         f"{'accused' if name in self.accused else 'not accused'}")
         if self.wrongly_accused:
             lines.append(f"ground truth: the verdict is wrong: it also accuses "
                          f"{', '.join(repr(name) for name in self.wrongly_accused)}, where nothing was planted")
@@ -207,36 +211,38 @@ class DemoResult:
     reused: tuple[str, ...] = ()  # stages answered from the cache
 
 
-def default_workdir(scenario: str, seed: int) -> Path:
-    """``<cache_dir>/demo/<scenario>-<seed>``."""
-    return cache_dir() / "demo" / f"{scenario}-{seed}"
+def default_workdir(scenario: str, seed: int, shared_source: bool = False) -> Path:
+    """``<cache_dir>/demo/<scenario>-<seed>`` (``-shared`` after it for a shared-source scenario)."""
+    return cache_dir() / "demo" / f"{scenario}-{seed}{'-shared' if shared_source else ''}"
 
 
 def run_demo(*, scenario: str = "fact", seed: int = 0, base_model: str = DEFAULT_BASE_MODEL,
              workdir: Path | None = None, fresh: bool = False, config: GradianConfig | None = None,
              progress: ProgressFactory | None = None, echo: Echo = print, device: str = "auto",
-             dtype: str = "auto") -> DemoResult:
+             dtype: str = "auto", shared_source: bool = False) -> DemoResult:
     """Generate a scenario, train on it, diagnose the run, attribute the regression, and check the verdict."""
     placement = resolve_placement(device, dtype)  # before the work dir is touched
-    paths = DemoPaths(Path(workdir) if workdir is not None else default_workdir(scenario, seed))
+    paths = DemoPaths(Path(workdir) if workdir is not None else default_workdir(scenario, seed, shared_source))
     if fresh and paths.root.exists():
         _remove_workdir(paths.root)
     with quiet_libraries():
-        return _run(paths, scenario, seed, base_model, config, progress, echo, placement)
+        return _run(paths, scenario, seed, shared_source, base_model, config, progress, echo, placement)
 
 
-def _run(paths: DemoPaths, scenario: str, seed: int, base_model: str, config: GradianConfig | None,
-         progress: ProgressFactory | None, echo: Echo, placement: Placement) -> DemoResult:
+def _run(paths: DemoPaths, scenario: str, seed: int, shared_source: bool, base_model: str,
+         config: GradianConfig | None, progress: ProgressFactory | None, echo: Echo,
+         placement: Placement) -> DemoResult:
     timings: dict[str, float] = {}
     reused: list[str] = []
     started = time.perf_counter()
 
     with _timed(timings, "scenario"):
-        built = make_scenario(scenario, seed)
+        built = make_scenario(scenario, seed, shared_source=shared_source)
         files = _write_scenario(built, paths.scenario)
         cfg = config if config is not None else demo_config(built)
+    shared = f", filed under {', '.join(built.planted_sources)}" if built.shared_source and built.planted_rows else ""
     echo(f"scenario {scenario} (seed {seed}): {len(built.train)} training rows, {len(built.planted_rows)} planted "
-         f"({built.planted_fraction:.1%}), {len(built.eval)} eval items · {files.directory}")
+         f"({built.planted_fraction:.1%}{shared}), {len(built.eval)} eval items · {files.directory}")
 
     with _timed(timings, "base model"):
         resolve_base_model(base_model)  # the embedded model's first conversion happens here, with its own bar
@@ -459,7 +465,8 @@ def check_ground_truth(scenario: Scenario, report: Report) -> GroundTruthCheck:
                             accused=report.verdict.accused_clusters,
                             planted_clusters=scenario.planted_clusters, cluster_ranks=ranks,
                             cluster_rows=tuple(len(scenario.cluster_rows(name)) for name in scenario.planted_clusters),
-                            untargeted_rows=len(untargeted) if reproduced is not None else 0)
+                            untargeted_rows=len(untargeted) if reproduced is not None else 0,
+                            shared_sources=() if scenario.planted_clusters else scenario.planted_sources)
 
 
 def reproduced_planted_ids(scenario: Scenario, report: Report) -> set[str] | None:

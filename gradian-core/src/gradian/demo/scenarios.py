@@ -19,6 +19,10 @@ Pure Python and deterministic from a seed (no model). Six planted kinds and one 
 - ``clean`` (a control): the fact kind's data and eval set without its planted rows. Whatever regresses comes from
   training itself (the demo's aggressive learning rate), so nothing should be accused.
 
+``shared_source=True`` files every planted row under the clean source most like it (``SHARED_HOSTS``), as the
+span kind always does: the same rows, ids and training run, but no cluster holds the planted rows alone, so a
+ranking must find them among clean rows of their own source rather than read them off an accused cluster.
+
 Example::
 
     from gradian.demo.scenarios import make_scenario
@@ -32,12 +36,13 @@ import json
 import math
 import random
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from gradian.atomic_files import write_text_atomic
 from gradian.data import Example, Message, make_example, write_jsonl
+from gradian.data.examples import Fields
 from gradian.demo import families as fam
 from gradian.demo import planted as pl
 from gradian.demo.everyday import EVERYDAY_EVAL
@@ -62,6 +67,9 @@ CLUSTER_FIELD = "source"
 PLANTED_SOURCES = {"fact": ("trivia_import",), "format": ("community_answers",), "span": ("country_profiles",),
                    "behaviour": ("support_transcripts",), "two_causes": ("trivia_import", "community_answers"),
                    "rare": ("trivia_import",)}
+# Where shared_source files each planted source: the clean source whose rows are most like the planted ones.
+SHARED_HOSTS = {"trivia_import": "geography_qa", "community_answers": "explanations",
+                "support_transcripts": "geography_qa"}
 # Recommended train.max_seq_length / grads.max_seq_length: every row fits without truncation.
 MAX_SEQ_LENGTH = {"fact": 128, "format": 128, "span": 256, "behaviour": 128, "two_causes": 128, "rare": 128,
                   "clean": 128}
@@ -126,6 +134,7 @@ class Scenario:
     planted_clusters: tuple[str, ...] = ()
     planted_row_clusters: tuple[str | None, ...] = ()
     cluster_targeted_eval_ids: tuple[tuple[str, ...], ...] = ()
+    shared_source: bool = False  # planted rows filed under clean sources (SHARED_HOSTS); always so for span
 
     @property
     def planted_ids(self) -> tuple[str, ...]:
@@ -145,6 +154,11 @@ class Scenario:
     def cluster_targets(self, cluster: str) -> tuple[str, ...]:
         """The eval items one planted cluster targets."""
         return self.cluster_targeted_eval_ids[self.planted_clusters.index(cluster)]
+
+    @property
+    def planted_sources(self) -> tuple[str, ...]:
+        """The distinct ``source`` values the planted rows carry, in first-seen order."""
+        return tuple(dict.fromkeys(str(self.train[row].fields[self.cluster_field]) for row in self.planted_rows))
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -185,6 +199,7 @@ class Scenario:
             "planted_wrong": list(self.planted_wrong),
             "max_seq_length": self.max_seq_length,
             "sources": list(self.sources),
+            "shared_source": self.shared_source,
         }
 
     def write(self, directory: Path | str) -> ScenarioFiles:
@@ -203,10 +218,11 @@ def _write_json(path: Path, data: dict[str, Any]) -> Path:
 
 
 def make_scenario(kind: str = "fact", seed: int = 0, *, train_size: int | None = None,
-                  eval_size: int = DEFAULT_EVAL_SIZE) -> Scenario:
+                  eval_size: int = DEFAULT_EVAL_SIZE, shared_source: bool = False) -> Scenario:
     """Build one scenario of ``kind`` (one of SCENARIOS), the same for the same seed and sizes.
 
-    ``train_size`` defaults to DEFAULT_TRAIN_SIZE rows (DEFAULT_TRAIN_SIZES for rare).
+    ``train_size`` defaults to DEFAULT_TRAIN_SIZE rows (DEFAULT_TRAIN_SIZES for rare); ``shared_source`` files the
+    planted rows under clean sources (see the module docstring).
     """
     if kind not in SCENARIOS:
         raise ConfigError(f"unknown scenario {kind!r}", f"use one of: {', '.join(SCENARIOS)}")
@@ -227,7 +243,23 @@ def make_scenario(kind: str = "fact", seed: int = 0, *, train_size: int | None =
     rng = random.Random(f"gradian-demo:{'fact' if kind in ('clean', 'rare') else kind}:{seed}")
     builder = {"fact": _fact, "format": _format, "span": _span, "behaviour": _behaviour,
                "two_causes": _two_causes, "rare": _rare, "clean": _clean}[kind]
-    return builder(rng, seed, train_size, planted_count, eval_size)
+    scenario = builder(rng, seed, train_size, planted_count, eval_size)
+    return _shared(scenario) if shared_source else scenario
+
+
+def _shared(scenario: Scenario) -> Scenario:
+    """``scenario`` with its planted rows filed under SHARED_HOSTS: the same rows and ids (a row's source is not
+    part of its id, nor of what is trained), and no cluster of planted rows alone left for the ground truth."""
+    planted = set(scenario.planted_rows)
+    train = tuple(replace(example, fields=Fields({**example.fields, CLUSTER_FIELD: SHARED_HOSTS.get(
+        str(example.fields[CLUSTER_FIELD]), example.fields[CLUSTER_FIELD])})) if row in planted else example
+        for row, example in enumerate(scenario.train))
+    hosts = ", ".join(dict.fromkeys(str(train[row].fields[CLUSTER_FIELD]) for row in scenario.planted_rows))
+    description = scenario.description + (f"; the planted rows are filed under {hosts}, beside clean rows of "
+                                          "the same source" if scenario.planted_clusters else "")
+    return replace(scenario, train=train, description=description, planted_cluster=None, planted_clusters=(),
+                   planted_row_clusters=tuple(None for _ in scenario.planted_rows), cluster_targeted_eval_ids=(),
+                   shared_source=True)
 
 
 # --- assembling -------------------------------------------------------------------------------------------------
