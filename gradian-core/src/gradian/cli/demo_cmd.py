@@ -48,7 +48,8 @@ def demo(
     placement = resolve_placement(device, dtype)  # before anything is written: a bad --device leaves no work dir
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario {scenario!r} is unknown", f"use one of: {', '.join(SCENARIOS)}")
-    config = with_overrides(demo_config(make_scenario(scenario, seed, shared_source=shared_source)), overrides or [])  # a bad key: before any work
+    built = make_scenario(scenario, seed, shared_source=shared_source)
+    config = with_overrides(demo_config(built), overrides or [])  # a bad key: before any work
     from gradian.model.base import resolve_base_model
     from gradian.output_location import check_output_dir
 
