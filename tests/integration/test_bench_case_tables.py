@@ -702,3 +702,28 @@ def test_a_span_case_drilled_with_sentences_alone_is_summed_apart_and_no_other_k
     assert goal_table.sentence_label("span", {"span_blame": "restricted"}) == ""
     assert goal_table.sentence_label("span", {}) == ""  # a report from before span_blame existed
     assert goal_table.sentence_label("fact", {"span_blame": "alone"}) == ""  # no span column to keep apart
+
+
+def test_the_neighbour_prior_lifts_each_member_by_its_nearest_fellow_members_own_blame():
+    bench = bench_module("neighbour_prior")
+    profiles = np.array([[1.0, 0.0], [0.9, 0.1], [1.0, 0.1], [0.0, 1.0], [0.1, 1.0], [5.0, 5.0]])
+    own = np.array([9.0, 1.0, 7.0, 2.0, 0.0, 3.0])
+    members = np.arange(5)  # the last row is another cluster's
+    lift = bench.neighbour_lift(own, profiles, members, 1)
+    np.testing.assert_allclose(lift, [7.0, 7.0, 1.0, 0.0, 2.0])  # each row's most alike other member's own blame
+    # k at least the cluster's size: each member gets its cluster's mean without itself
+    np.testing.assert_allclose(bench.neighbour_lift(own, profiles, members, 10), (own[:5].sum() - own[:5]) / 4)
+    sources = ["a"] * 5 + ["b"]
+    lifted = bench.variant_blame("1 nearest", own, profiles, sources, ["a"])
+    np.testing.assert_allclose(lifted, own + np.append(lift, 0.0))  # a cluster nobody accuses is left as it is
+    np.testing.assert_allclose(bench.variant_blame("cluster mean (shipped)", own, profiles, sources, ["a"]),
+                               own + np.append(np.full(5, own[:5].mean()), 0.0))
+
+
+@pytest.mark.slow
+def test_the_neighbour_prior_table_reproduces_the_shipped_ranking(cases, tmp_path):
+    row = _table_row(bench_module("neighbour_prior"), cases, tmp_path / "neighbour_prior")
+    goal = _table_row(bench_module("goal_table"), cases, tmp_path / "goal")
+    assert row["variants"]["cluster mean (shipped)"]["recall_at_k"] == goal["recall_at_k"]
+    assert row["reproduced"] == pytest.approx(0.0, abs=1e-9) and set(row["variants"]) == set(
+        bench_module("neighbour_prior").VARIANTS)
