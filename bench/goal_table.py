@@ -92,6 +92,14 @@ def wide_side_label(report_dir: Path) -> str:
     return ", kronecker wide side full" if knobs.get("scheme") == "kronecker-full-v1" else ""
 
 
+def canned_lead_label(report_dir: Path) -> str:
+    """", canned reply leading" where the report's cause 1 is a canned reply that accuses nothing (the ranking it
+    leads where no grouping accuses anything), else ""."""
+    causes = json.loads((report_dir / "report.json").read_text()).get("causes") or []
+    lead = causes[0] if causes else {}
+    return ", canned reply leading" if lead.get("canned_reply") and not lead.get("accused_clusters") else ""
+
+
 def blame_vector(report_dir: Path, rows: int) -> np.ndarray:
     """Every training row's blame by position, from the report's scores.csv."""
     blame = np.full(rows, np.nan)
@@ -161,7 +169,8 @@ def score_case(directory: Path) -> dict[str, Any]:
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
         # a variant's rows are summed apart from the shipped defaults' in the goal rows
-        "ranking": ranking_label(settings) + wide_side_label(directory / "report") + sentence_label(kind, settings),
+        "ranking": (ranking_label(settings) + wide_side_label(directory / "report") + canned_lead_label(directory / "report")
+                    + sentence_label(kind, settings)),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it

@@ -137,6 +137,11 @@ def test_shared_source_cases_are_read_as_built_and_get_goal_rows_of_their_own(tm
     text = "\n".join(goal_table.goal_rows(rows))
     assert "| format | 1 | 1.00 | 1.00 | 1/1 |" in text and "| format (shared source) | 1 | 0.60 | 0.60 | 0/0 |" in text
     assert "| span | 1 | 0.70 |" in text  # span always shares its source: one kind either way
+    for causes, label in (([{"canned_reply": True, "accused_clusters": []}, {}], ", canned reply leading"),
+                          ([{"canned_reply": True, "accused_clusters": ["support"]}, {}], ""), ([], "")):
+        (tmp_path / "report").mkdir(exist_ok=True)
+        (tmp_path / "report" / "report.json").write_text(json.dumps({"causes": causes}))
+        assert goal_table.canned_lead_label(tmp_path / "report") == label
 
 
 def test_the_methods_table_sums_fresh_seeds_apart_from_the_held_out_ones():
