@@ -220,6 +220,24 @@ def test_a_canned_reply_is_tried_on_its_whole_reply_blame_and_changes_nothing_wh
     np.testing.assert_array_equal(kept.primary.scores.blame, plain.primary.scores.blame)
 
 
+def test_a_taught_reply_no_cluster_holds_leads_a_ranking_that_accuses_nothing():
+    """Failure B's rows are spread over the clean sources, so neither B's five items nor four items no row pushes
+    accuse anything. Named as one canned reply, B's items (their blame on B's twelve rows, far more concentrated than
+    the other items') are cause 1 and rank the examples; nothing is accused either way."""
+    train, queries, item_ids, rows, _, b = _two_causes(seed=1, second_cluster=False, unexplained_items=4, b_push=4.0)
+    queries, item_ids = queries[6:], item_ids[6:]  # B's items and the unexplained ones: no cluster to accuse
+    pooled, whole, _ = _attributed(train, queries, item_ids, rows)
+    assert pooled.groups == 1 and pooled.primary.accused is None
+    split, _, _ = _attributed(train, queries, item_ids, rows, canned=item_ids[:5])
+    assert split.groups == 2 and split.primary.canned and split.primary.item_ids == tuple(item_ids[:5])
+    assert all(cause.accused is None for cause in split.causes)
+    assert _recall(split.primary.scores.blame, b) > _recall(whole.blame, b)
+    # a reply whose blame is no more concentrated than the other items' (no rows taught it) leaves the ranking alone
+    aimless = np.random.default_rng(5).normal(size=(5, DIM))
+    kept, whole, _ = _attributed(train, queries, item_ids, rows, canned=item_ids[:5], canned_queries=aimless)
+    assert kept.groups == 1 and kept.primary.scores is whole
+
+
 def test_max_causes_one_never_splits():
     train, queries, item_ids, rows, _, _ = _two_causes()
     split, whole, _ = _attributed(train, queries, item_ids, rows, max_causes=1)

@@ -246,8 +246,8 @@ def test_gradian_index_counts_the_kronecker_fit_only_where_attribute_would_score
 
 def test_a_canned_reply_that_is_no_cause_of_its_own_changes_no_number(trained, tiny_base_dir, tmp_path):
     """Two eval items that ask one question get one reply word for word from the tiny model; scored at every member
-    with attribution.canned_replies (the default) and without, a reply that accuses no cluster of its own changes no
-    number."""
+    with attribution.canned_replies (the default) and without, a reply that accuses no cluster of its own and whose
+    blame is no more concentrated than the other items' (causes.CONCENTRATED_BY) changes no number."""
     from types import SimpleNamespace
 
     from gradian.query.signals import shared_answers

@@ -130,11 +130,14 @@ class AttributionConfig:
                            "example; alone = of the example with that sentence as its answer; removed = the example's "
                            "blame minus its blame without it", choices=("restricted", "alone", "removed"))
     # behaviour tuning 0.70 -> 1.00 and 0.65 -> 0.90 recall@k; no shared reply on the fact, format and clean tuning
-    # cases, and where the split does not hold nothing changes (bench/results/goal_table.md, docs/accuracy.md)
+    # cases, and where the split does not hold nothing changes (bench/results/goal_table.md, docs/accuracy.md).
+    # Leading a ranking that accuses nothing: the planted deflections filed under a clean source, 0.30 -> 0.95 and
+    # 0.65 -> 0.80 (behaviour-4 and -10, where it was found; it fired on no fresh case)
     canned_replies: bool = _opt(True, "the regressed items giving the answer most of them give word for word (a canned "
                                 "reply) are tried as a cause of their own, queried with all of it from where it "
-                                "leaves the wanted answer (divergent-token queries one token); kept only where they "
-                                "accuse a cluster the other items do not, else nothing changes")
+                                "leaves the wanted answer (divergent-token queries one token); kept where they "
+                                "accuse a cluster the other items do not, or where nothing is accused and their blame "
+                                "is the more concentrated (they then lead the ranking), else nothing changes")
     max_causes: int = _opt(3, "most causes the regressed items are split into by their query gradients (1: never)",
                            min=1)
     # 4 points of the run against the adapter alone: 0.90 / 0.75 (fact) and 0.85 / 0.50 (format) recall@k on the

@@ -28,7 +28,10 @@ alpha / 2: no search picks them, the reply does. That trial scores them by queri
 (``gradian.query.signals``), which only the rows that taught it share. They stay apart only where they accuse a
 cluster that the other items do not; otherwise every item is grouped as usual, on its usual query: on a held-out
 two-causes case, two French replies queried whole moved the k-means grouping and cost the capital rule's rows
-0.80 -> 0.68 recall@k although the reply was no cause of its own.
+0.80 -> 0.68 recall@k although the reply was no cause of its own. Where that grouping accuses nothing either and
+the reply's blame rests on clearly fewer rows than the other items' (CONCENTRATED_BY), the reply's items and the
+others are two causes, neither accusing anything, and the reply's lead the ranking: a reply given word for word to
+different questions was taught by some rows even where no cluster holds them.
 
 Every accusation, pooled or one cause's, must also hold without the item that supports it most (the item whose
 standardized blame is highest over the cluster's members): its p-values are the larger of the two. One eval item is
@@ -48,13 +51,14 @@ second), so ``export --drop top:K`` would have missed them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gradian.attribution.aggregation import zscores
+from gradian.attribution.aggregation import kurtosis_weights, zscores
 from gradian.attribution.cluster_prior import with_cluster_prior
 from gradian.attribution.clusters import cluster_blame
 from gradian.attribution.results import ClusterAssignment, ClusterResult, ClusterScore, ExampleScores
@@ -64,6 +68,10 @@ if TYPE_CHECKING:
     from gradian.config import AttributionConfig
 
 MIN_GROUP_ITEMS = 2
+# How much more concentrated (kurtosis of blame over the examples) a canned reply's blame must be than the other
+# items' to lead a ranking that accuses nothing. Queried whole, the planted deflection's is 1.9 and 1.5 times theirs
+# on behaviour-4 and behaviour-10; a reply no rows taught (the tests' random whole-reply queries) 0.9-1.03 times.
+CONCENTRATED_BY = 1.25
 _RESTARTS = 10
 _MAX_ITERATIONS = 50
 
@@ -123,15 +131,29 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
     ``item_blame`` is every example's per-item blame [examples, items]; ``gram`` the items' preconditioned query
     inner products [items, items]; ``whole`` and ``whole_clusters`` the attribution of all items together;
     ``canned`` the items that give one reply word for word, a cause of their own where they accuse a cluster no
-    other item does; that split is tried on ``canned_blame`` (``item_blame`` with those items' columns from queries
+    other item does, or where nothing at all is accused and their blame is the more concentrated (they then lead the
+    ranking); that split is tried on
+    ``canned_blame`` (``item_blame`` with those items' columns from queries
     of the whole reply; ``item_blame`` itself when not given), and only a kept split is scored on it.
     """
     reply = [column for column, item in enumerate(item_ids) if item in canned]
+    trial = None
     if config.max_causes > 1 and MIN_GROUP_ITEMS <= len(reply) < len(item_ids):
-        split = _canned_split(reply, item_blame if canned_blame is None else canned_blame, ids, item_ids, assignment,
-                              config)
+        trial = _CannedTrial(reply, item_blame if canned_blame is None else canned_blame, ids, item_ids, assignment,
+                             config)
+        split = trial.split()
         if split is not None:
             return split
+    found = _searched(item_blame, ids, item_ids, gram, assignment, config, whole, whole_clusters)
+    if trial is not None and not any(cause.accused is not None for cause in found.causes):
+        return trial.unexplained() or found  # nothing accused either way: the reply's teachers lead the ranking
+    return found
+
+
+def _searched(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str], gram: np.ndarray,
+              assignment: ClusterAssignment, config: AttributionConfig, whole: ExampleScores,
+              whole_clusters: ClusterResult) -> CauseSplit:
+    """The k-means split that accuses the most distinct clusters, or every item as one cause."""
     best: tuple[tuple[int, float], list[Cause], int] | None = None
     for k in range(2, int(config.max_causes) + 1):
         if len(item_ids) < k * MIN_GROUP_ITEMS:
@@ -174,29 +196,68 @@ def pooled_cause(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[
     return CauseSplit((_jackknifed(cause, item_blame, ids, item_ids, assignment, config),), groups=1)
 
 
-def _canned_split(reply: list[int], item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[str],
-                  assignment: ClusterAssignment, config: AttributionConfig) -> CauseSplit | None:
+@dataclass(eq=False)
+class _CannedTrial:
     """The canned reply's items as one cause and the other items as another, each at alpha / 2.
 
     The other items are not searched for groups again: with the reply's items set apart, a search among a few
     incidental wrong capitals accused the clean `travel_chat` on the behaviour-1 tuning case (family-wise p 0.001).
-
-    None where the reply's items accuse no cluster: they are then grouped with the others as usual.
     """
-    def half(columns: list[int], canned: bool) -> Cause:
-        scores, clusters = _attributed(columns, item_blame, ids, item_ids, assignment, config)
-        cause = Cause(tuple(item_ids[c] for c in columns), scores, dataclasses.replace(clusters, alpha=clusters.alpha / 2),
-                      canned=canned)
-        return _jackknifed(cause, item_blame, ids, item_ids, assignment, config)
 
-    canned = half(reply, canned=True)
-    if canned.accused is None:
-        return None
-    others = half([column for column in range(len(item_ids)) if column not in reply], canned=False)
-    if {s.name for s in canned.clusters.accused_all} & {s.name for s in others.clusters.accused_all}:
-        return None  # the same cluster behind the reply and the other items: one cause, its items attributed together
-    causes = sorted([canned, others], key=lambda c: (c.accused is None, -(c.accused.z if c.accused else 0.0)))
-    return CauseSplit(tuple(causes), groups=2)
+    reply: list[int]
+    item_blame: np.ndarray
+    ids: Sequence[str]
+    item_ids: Sequence[str]
+    assignment: ClusterAssignment
+    config: AttributionConfig
+
+    def _half(self, columns: list[int], canned: bool) -> Cause:
+        scores, clusters = _attributed(columns, self.item_blame, self.ids, self.item_ids, self.assignment, self.config)
+        cause = Cause(tuple(self.item_ids[c] for c in columns), scores,
+                      dataclasses.replace(clusters, alpha=clusters.alpha / 2), canned=canned)
+        return _jackknifed(cause, self.item_blame, self.ids, self.item_ids, self.assignment, self.config)
+
+    @functools.cached_property
+    def canned(self) -> Cause:
+        """The reply's items attributed together."""
+        return self._half(self.reply, canned=True)
+
+    @functools.cached_property
+    def others(self) -> Cause:
+        """Every other item attributed together."""
+        return self._half([column for column in range(len(self.item_ids)) if column not in self.reply], canned=False)
+
+    def split(self) -> CauseSplit | None:
+        """The two causes where the reply's items accuse a cluster the other items do not; else None (the items
+        are grouped as usual)."""
+        if self.canned.accused is None:
+            return None
+        if {s.name for s in self.canned.clusters.accused_all} & {s.name for s in self.others.clusters.accused_all}:
+            return None  # the same cluster behind the reply and the other items: one cause, its items together
+        causes = sorted([self.canned, self.others],
+                        key=lambda cause: (cause.accused is None, -(cause.accused.z if cause.accused else 0.0)))
+        return CauseSplit(tuple(causes), groups=2)
+
+    def unexplained(self) -> CauseSplit | None:
+        """The reply's items first and the others second where neither accuses a cluster and the reply's blame rests
+        on clearly fewer rows than the others' (kurtosis over the examples CONCENTRATED_BY times theirs); else None.
+
+        Where no grouping accuses anything, the report's top examples were the pooled items' most blamed rows. A
+        reply given word for word to different questions was still taught by some rows, and where its blame rests
+        on a few rows those are what a reader looks for: with the planted deflections filed under a clean source of
+        144 rows (nothing accused), the pooled ranking found 0.30 and 0.65 of them (bench/results/goal_table.md, the
+        shared-source cases). A reply no rows taught spreads its blame thin, and the pooled ranking stands.
+        """
+        if self.canned.accused is not None or self.others.accused is not None:
+            return None
+        if _kurtosis(self.canned.scores.blame) <= CONCENTRATED_BY * _kurtosis(self.others.scores.blame):
+            return None
+        return CauseSplit((self.canned, self.others), groups=2)
+
+
+def _kurtosis(blame: np.ndarray) -> float:
+    """E[z^4] of a cause's blame standardized over the examples: large where a few rows carry it."""
+    return float(kurtosis_weights(np.asarray(blame, dtype=np.float64)[:, None])[0])
 
 
 def highest_standardized(blames: Sequence[np.ndarray]) -> np.ndarray:
