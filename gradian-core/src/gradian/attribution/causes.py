@@ -69,8 +69,8 @@ if TYPE_CHECKING:
 
 MIN_GROUP_ITEMS = 2
 # How much more concentrated (kurtosis of blame over the examples) a canned reply's blame must be than the other
-# items' to lead a ranking that accuses nothing. Queried whole, the planted deflection's is 1.9 and 1.5 times theirs
-# on behaviour-4 and behaviour-10; a reply no rows taught (the tests' random whole-reply queries) 0.9-1.03 times.
+# items' to lead a ranking that accuses nothing. Queried whole, the planted deflection's is 1.7, 1.5 and 2.5 times
+# theirs on behaviour-4, -10 and -9; a reply no rows taught (the tests' random whole-reply queries) 0.9-1.03 times.
 CONCENTRATED_BY = 1.25
 _RESTARTS = 10
 _MAX_ITERATIONS = 50
@@ -132,9 +132,8 @@ def find_causes(item_blame: np.ndarray, ids: Sequence[str], item_ids: Sequence[s
     inner products [items, items]; ``whole`` and ``whole_clusters`` the attribution of all items together;
     ``canned`` the items that give one reply word for word, a cause of their own where they accuse a cluster no
     other item does, or where nothing at all is accused and their blame is the more concentrated (they then lead the
-    ranking); that split is tried on
-    ``canned_blame`` (``item_blame`` with those items' columns from queries
-    of the whole reply; ``item_blame`` itself when not given), and only a kept split is scored on it.
+    ranking); that split is tried on ``canned_blame`` (``item_blame`` with those items' columns from queries of the
+    whole reply; ``item_blame`` itself when not given), and only a kept split is scored on it.
     """
     reply = [column for column, item in enumerate(item_ids) if item in canned]
     trial = None
