@@ -250,16 +250,19 @@ def make_scenario(kind: str = "fact", seed: int = 0, *, train_size: int | None =
 def _shared(scenario: Scenario) -> Scenario:
     """``scenario`` with its planted rows filed under SHARED_HOSTS: the same rows and ids (a row's source is not
     part of its id, nor of what is trained), and no cluster of planted rows alone left for the ground truth."""
+    def filed_under_host(example: Example) -> Example:
+        source = str(example.fields[CLUSTER_FIELD])
+        return replace(example, fields=Fields({**example.fields, CLUSTER_FIELD: SHARED_HOSTS.get(source, source)}))
+
     planted = set(scenario.planted_rows)
-    train = tuple(replace(example, fields=Fields({**example.fields, CLUSTER_FIELD: SHARED_HOSTS.get(
-        str(example.fields[CLUSTER_FIELD]), example.fields[CLUSTER_FIELD])})) if row in planted else example
-        for row, example in enumerate(scenario.train))
-    hosts = ", ".join(dict.fromkeys(str(train[row].fields[CLUSTER_FIELD]) for row in scenario.planted_rows))
-    description = scenario.description + (f"; the planted rows are filed under {hosts}, beside clean rows of "
-                                          "the same source" if scenario.planted_clusters else "")
-    return replace(scenario, train=train, description=description, planted_cluster=None, planted_clusters=(),
-                   planted_row_clusters=tuple(None for _ in scenario.planted_rows), cluster_targeted_eval_ids=(),
-                   shared_source=True)
+    train = tuple(filed_under_host(example) if row in planted else example for row, example in enumerate(scenario.train))
+    shared = replace(scenario, train=train, planted_cluster=None, planted_clusters=(), cluster_targeted_eval_ids=(),
+                     planted_row_clusters=tuple(None for _ in scenario.planted_rows), shared_source=True)
+    if not scenario.planted_clusters:  # span already shares its source; a control plants nothing
+        return shared
+    hosts = ", ".join(shared.planted_sources)
+    return replace(shared, description=f"{scenario.description}; the planted rows are filed under {hosts}, beside "
+                                       "clean rows of the same source")
 
 
 # --- assembling -------------------------------------------------------------------------------------------------
