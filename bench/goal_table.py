@@ -169,8 +169,8 @@ def score_case(directory: Path) -> dict[str, Any]:
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
         # a variant's rows are summed apart from the shipped defaults' in the goal rows
-        "ranking": (ranking_label(settings) + wide_side_label(directory / "report") + canned_lead_label(directory / "report")
-                    + sentence_label(kind, settings)),
+        "ranking": "".join([ranking_label(settings), wide_side_label(directory / "report"),
+                            canned_lead_label(directory / "report"), sentence_label(kind, settings)]),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it
