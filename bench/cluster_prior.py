@@ -127,20 +127,11 @@ def score_case(directory: Path, args: Any) -> dict[str, Any]:
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """One row per variant, a column per planted case, the mean over them and over the span cases alone."""
-    from finished_cases import carried_note, recall_cells, recall_table_head
+    from finished_cases import carried_note, recall_cells, variant_table
 
     scored = [case for case in cases if case["variants"]]
     span = [case for case in scored if case["kind"] == "span"]  # the planted rows among clean members of their cluster
-    lines = recall_table_head(__doc__.splitlines()[0], command, [case["case"] for case in scored], [])
-    lines[-2:] = ["| variant | " + " | ".join(case["case"] for case in scored) + " | mean | span mean |",
-                  "|---|" + "---|" * (len(scored) + 2)]
-
-    def mean(cases: list[dict[str, Any]], name: str) -> str:
-        return f"{np.mean([case['variants'][name]['recall_at_k'] for case in cases]):.3f}" if cases else "-"
-
-    for name in VARIANTS:
-        lines.append(f"| {name} | " + " | ".join(recall_cells(case["variants"], [name]) for case in scored)
-                     + f" | {mean(scored, name)} | {mean(span, name)} |")
+    lines = variant_table(__doc__.splitlines()[0], command, scored, VARIANTS, [("mean", scored), ("span mean", span)])
     lines += ["", "## The planted rows in a larger clean cluster",  "",
               "The planted rows' cluster renamed as the largest clean one (span: `country_profiles`, 20 planted of "
               "64, into it as well), every item attributed together on those clusters: recall@k / AUPRC by each "

@@ -37,6 +37,25 @@ def recall_table_head(title: str, command: str, names: list[str], extra: list[st
             "| case | " + " | ".join([*names, *extra]) + " |", "|---|" + "---|" * (len(names) + len(extra))]
 
 
+def variant_table(title: str, command: str, scored: list[dict[str, Any]], variants: list[str],
+                  means: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """The title, the command and a table of variants x cases (each case's ``variants`` recall@k / AUPRC), with a
+    column of mean recall@k over each named group of cases."""
+    import numpy as np
+
+    lines = recall_table_head(title, command, [case["case"] for case in scored], [])
+    lines[-2:] = ["| variant | " + " | ".join([*(case["case"] for case in scored), *(name for name, _ in means)]) + " |",
+                  "|---|" + "---|" * (len(scored) + len(means))]
+
+    def mean(group: list[dict[str, Any]], name: str) -> str:
+        return f"{np.mean([case['variants'][name]['recall_at_k'] for case in group]):.3f}" if group else "-"
+
+    for name in variants:
+        cells = [recall_cells(case["variants"], [name]) for case in scored] + [mean(group, name) for _, group in means]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def command_line(script: str, argv: list[str] | None) -> str:
     """``python bench/<script> <arguments>`` as a results file quotes it, each ``--note`` and its text left out."""
     given = list(argv if argv is not None else sys.argv[1:])

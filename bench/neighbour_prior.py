@@ -115,22 +115,14 @@ def score_case(directory: Path, args: Any) -> dict[str, Any]:
 def markdown(cases: list[dict[str, Any]], command: str) -> str:
     """One row per variant, a column per planted case; means over the shared-source cases (span's included) and the
     cases whose planted rows are a cluster of their own."""
-    from finished_cases import carried_note, recall_cells, recall_table_head
+    from finished_cases import carried_note, variant_table
 
     scored = [case for case in cases if case["variants"]]
-    lines = recall_table_head(__doc__.splitlines()[0], command, [case["case"] for case in scored], [])
     shared = [case for case in scored if case["shared_source"] or case["kind"] == "span"]
     own = [case for case in scored if case not in shared]
-    lines[-2:] = ["| variant | " + " | ".join(case["case"] for case in scored)
-                  + " | mean, planted rows among clean ones | mean, planted rows a cluster of their own |",
-                  "|---|" + "---|" * (len(scored) + 2)]
-
-    def mean(group: list[dict[str, Any]], name: str) -> str:
-        return f"{np.mean([case['variants'][name]['recall_at_k'] for case in group]):.3f}" if group else "-"
-
-    for name in VARIANTS:
-        lines.append(f"| {name} | " + " | ".join(recall_cells(case["variants"], [name]) for case in scored)
-                     + f" | {mean(shared, name)} | {mean(own, name)} |")
+    lines = variant_table(__doc__.splitlines()[0], command, scored, VARIANTS,
+                          [("mean, planted rows among clean ones", shared),
+                           ("mean, planted rows a cluster of their own", own)])
     reproduced = [f"{case['case']} {case['reproduced']:.1e}" for case in scored if "reproduced" in case]
     if reproduced:
         lines += ["", "The cluster-mean variant against scores.csv's blame, largest difference: " + ", ".join(reproduced)
