@@ -137,7 +137,7 @@ class AttributionConfig:
                                 "reply) are tried as a cause of their own, queried with all of it from where it "
                                 "leaves the wanted answer (divergent-token queries one token); kept where they "
                                 "accuse a cluster the other items do not, or where nothing is accused and their blame "
-                                "is the more concentrated (they then lead the ranking), else nothing changes")
+                                "is clearly the more concentrated (they then lead the ranking), else nothing changes")
     max_causes: int = _opt(3, "most causes the regressed items are split into by their query gradients (1: never)",
                            min=1)
     # 4 points of the run against the adapter alone: 0.90 / 0.75 (fact) and 0.85 / 0.50 (format) recall@k on the
