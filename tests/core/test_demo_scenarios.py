@@ -364,6 +364,32 @@ def test_reproduced_rows_are_counted_per_attacked_item_and_other_clusters_rows_l
     assert reproduced_planted_ids(fmt, _report(fmt, [], [], [], {fmt.eval[0].id: "x"})) is None
 
 
+def test_recall_at_k_reads_every_ranked_example_in_scores_csv_not_only_the_listed_top(tmp_path):
+    import dataclasses
+
+    import numpy as np
+
+    from gradian.demo.run import check_ground_truth
+    from gradian.report.scores import ScoreTable, write_csv
+
+    scenario = make_scenario("two_causes", 0)  # 40 planted rows, more than the 20 a report lists by default
+    planted = list(scenario.planted_ids)
+    clean = [example.id for example in scenario.train if example.id not in set(planted)]
+    order = clean[:3] + planted[:30] + clean[3:10] + planted[30:] + clean[10:]  # 30 of 40 planted in the top 40
+    n = len(order)
+    table = ScoreTable(position=np.arange(n), ids=tuple(order), rank=np.arange(1, n + 1),
+                       blame=np.linspace(1.0, 0.0, n), cluster=(None,) * n, accused=np.zeros(n, dtype=bool),
+                       items=(), item_blame=None)
+    with (tmp_path / "scores.csv").open("wb") as handle:
+        write_csv(table, handle)
+    listed = _report(scenario, [], [], order[:20])
+    assert check_ground_truth(scenario, listed).planted_in_top == 17  # no scores.csv: the listed top alone
+    on_disk = dataclasses.replace(listed, directory=tmp_path)
+    check = check_ground_truth(scenario, on_disk)
+    assert (check.planted_in_top, check.top) == (30, 40)
+    assert "ground truth: 30 of the top 40 examples are planted (recall@40 0.75)" in check.lines()
+
+
 def test_one_planted_cluster_keeps_its_ground_truth_line():
     from gradian.demo.run import check_ground_truth
 

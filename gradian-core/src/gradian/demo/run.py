@@ -42,6 +42,7 @@ from gradian.pipelines.attribute import attribute
 from gradian.pipelines.train import make_job, run_training
 from gradian.records import TrainJob, TrainResult
 from gradian.report.reader import REPORT_FILE, Report, read_report
+from gradian.report.scores import ScoresFileError, read_scores
 from gradian.training.reuse import train_or_reuse
 
 if TYPE_CHECKING:
@@ -106,8 +107,8 @@ class GroundTruthCheck:
 
     planted_rows: int
     clusters: int
-    planted_in_top: int  # planted rows among the report's top examples
-    top: int  # how many top examples the report lists
+    planted_in_top: int  # planted rows among the top ``top`` of every example ranked (scores.csv)
+    top: int  # how many of the most blamed examples are looked at: k, or all of a shorter ranking
     span_hits: int  # top examples whose top span is the planted sentence (span kind)
     span_checked: int
     # Planted rows whose wrong answer the fine-tuned model now gives on the eval item they attack, and how many
@@ -438,7 +439,7 @@ def check_ground_truth(scenario: Scenario, report: Report) -> GroundTruthCheck:
     planted = set(scenario.planted_ids)
     ranked = [row.name for row in report.clusters]
     ranks = cluster_ranks(ranked, scenario.planted_clusters)
-    top = [row.id for row in report.top_examples]
+    top = ranked_ids(report)
     k = len(planted)
     in_top = rank_planted(top, planted).hits_at(k)
     spans = {span.example_id: span for span in scenario.planted_spans}
@@ -467,6 +468,18 @@ def check_ground_truth(scenario: Scenario, report: Report) -> GroundTruthCheck:
                             cluster_rows=tuple(len(scenario.cluster_rows(name)) for name in scenario.planted_clusters),
                             untargeted_rows=len(untargeted) if reproduced is not None else 0,
                             shared_sources=() if scenario.planted_clusters else scenario.planted_sources)
+
+
+def ranked_ids(report: Report) -> list[str]:
+    """Every example's id, most blamed first: scores.csv beside report.json, else the top examples it lists."""
+    # The report lists top_k examples (20 by default), fewer than two_causes' 40 planted rows: recall@k read from
+    # that list alone counted a planted row ranked 21st as missed and scored the reproduced rows on what was left.
+    if report.directory is not None:
+        try:
+            return list(read_scores(report.directory).ids)
+        except ScoresFileError:
+            pass  # a report from before scores.csv existed: only its listed examples are known
+    return [row.id for row in sorted(report.top_examples, key=lambda row: row.rank)]
 
 
 def reproduced_planted_ids(scenario: Scenario, report: Report) -> set[str] | None:
