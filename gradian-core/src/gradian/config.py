@@ -132,7 +132,7 @@ class AttributionConfig:
     # behaviour tuning 0.70 -> 1.00 and 0.65 -> 0.90 recall@k; no shared reply on the fact, format and clean tuning
     # cases, and where the split does not hold nothing changes (bench/results/goal_table.md, docs/accuracy.md).
     # Leading a ranking that accuses nothing: the planted deflections filed under a clean source, 0.30 -> 0.95 and
-    # 0.65 -> 0.80 (behaviour-4 and -10, where it was found; it fired on no fresh case)
+    # 0.65 -> 0.80 (behaviour-4 and -10, where it was found), 0.70 -> 0.85 and 0.45 -> 0.90 (held-out behaviour-3, -5)
     canned_replies: bool = _opt(True, "the regressed items giving the answer most of them give word for word (a canned "
                                 "reply) are tried as a cause of their own, queried with all of it from where it "
                                 "leaves the wanted answer (divergent-token queries one token); kept where they "
