@@ -374,7 +374,7 @@ def test_recall_at_k_reads_every_ranked_example_in_scores_csv_not_only_the_liste
 
     scenario = make_scenario("two_causes", 0)  # 40 planted rows, more than the 20 a report lists by default
     planted = list(scenario.planted_ids)
-    clean = [example.id for example in scenario.train if example.id not in set(planted)]
+    clean = [example.id for example in scenario.train if example.id not in scenario.planted_ids]
     order = clean[:3] + planted[:30] + clean[3:10] + planted[30:] + clean[10:]  # 30 of 40 planted in the top 40
     n = len(order)
     table = ScoreTable(position=np.arange(n), ids=tuple(order), rank=np.arange(1, n + 1),
