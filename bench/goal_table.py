@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,17 +85,18 @@ def sentence_label(kind: str, settings: dict[str, Any]) -> str:
     return ", sentences blamed alone" if kind == "span" and settings.get("span_blame") == "alone" else ""
 
 
-def wide_side_label(report_dir: Path) -> str:
-    """", kronecker wide side full" where the report's point was scored with the full Kronecker fit, else ""."""
-    method = json.loads((report_dir / "report.json").read_text())["method"] or {}  # none where nothing was scored
+def wide_side_label(document: Mapping[str, Any]) -> str:
+    """", kronecker wide side full" where the report (its report.json document) was scored with the full Kronecker
+    fit, else ""."""
+    method = document["method"] or {}  # none where nothing was scored
     knobs = method.get("preconditioner_knobs") or {}
     return ", kronecker wide side full" if knobs.get("scheme") == "kronecker-full-v1" else ""
 
 
-def canned_lead_label(report_dir: Path) -> str:
-    """", canned reply leading" where the report's cause 1 is a canned reply that accuses nothing (the ranking it
-    leads where no grouping accuses anything), else ""."""
-    causes = json.loads((report_dir / "report.json").read_text()).get("causes") or []
+def canned_lead_label(document: Mapping[str, Any]) -> str:
+    """", canned reply leading" where the report's (its report.json document's) cause 1 is a canned reply that
+    accuses nothing (the ranking it leads where no grouping accuses anything), else ""."""
+    causes = document.get("causes") or []
     lead = causes[0] if causes else {}
     return ", canned reply leading" if lead.get("canned_reply") and not lead.get("accused_clusters") else ""
 
@@ -169,8 +170,8 @@ def score_case(directory: Path) -> dict[str, Any]:
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
         # a variant's rows are summed apart from the shipped defaults' in the goal rows
-        "ranking": "".join([ranking_label(settings), wide_side_label(directory / "report"),
-                            canned_lead_label(directory / "report"), sentence_label(kind, settings)]),
+        "ranking": "".join([ranking_label(settings), wide_side_label(report.document),
+                            canned_lead_label(report.document), sentence_label(kind, settings)]),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }
     scored = (directory / "report" / "scores.csv").is_file()  # reports before scores.csv existed lack it

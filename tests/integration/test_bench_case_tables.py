@@ -139,9 +139,7 @@ def test_shared_source_cases_are_read_as_built_and_get_goal_rows_of_their_own(tm
     assert "| span | 1 | 0.70 |" in text  # span always shares its source: one kind either way
     for causes, label in (([{"canned_reply": True, "accused_clusters": []}, {}], ", canned reply leading"),
                           ([{"canned_reply": True, "accused_clusters": ["support"]}, {}], ""), ([], "")):
-        (tmp_path / "report").mkdir(exist_ok=True)
-        (tmp_path / "report" / "report.json").write_text(json.dumps({"causes": causes}))
-        assert goal_table.canned_lead_label(tmp_path / "report") == label
+        assert goal_table.canned_lead_label({"causes": causes}) == label
 
 
 def test_the_methods_table_sums_fresh_seeds_apart_from_the_held_out_ones():
@@ -661,12 +659,11 @@ def test_a_span_case_split_into_causes_is_scored_in_one_ranking_of_every_row():
     assert metrics["recall_at_k"] == 1.0 and metrics["auprc"] == 1.0
 
 
-def test_a_report_refused_before_scoring_has_no_fit_to_label(tmp_path):
+def test_a_report_refused_before_scoring_has_no_fit_to_label():
     goal = bench_module("goal_table")
-    (tmp_path / "report.json").write_text(json.dumps({"method": None}))
-    assert goal.wide_side_label(tmp_path) == ""
-    (tmp_path / "report.json").write_text(json.dumps({"method": {"preconditioner_knobs": {"scheme": "kronecker-full-v1"}}}))
-    assert goal.wide_side_label(tmp_path) == ", kronecker wide side full"
+    assert goal.wide_side_label({"method": None}) == ""
+    assert goal.wide_side_label({"method": {"preconditioner_knobs": {"scheme": "kronecker-full-v1"}}}) == (
+        ", kronecker wide side full")
 
 
 @pytest.mark.slow
