@@ -42,7 +42,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     from gradian.evaluation.ground_truth import GroundTruth
-    from gradian.report.reader import Report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy_methods, next to this file
 
@@ -131,7 +130,7 @@ def run_case(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     del case
     if seed in args.verify_seeds:
         top_k = None if scenario.planted_cluster else len(scenario.planted_rows)
-        case_row["verify"] = verify_case(workdir, args.base_model, report, top_k)
+        case_row["verify"] = verify_case(workdir, args.base_model, top_k)
     case_row["status"] = "scored"
     case_row["seconds"] = round(time.perf_counter() - started, 1)
     if not args.keep_index:
@@ -200,7 +199,7 @@ def explained_items(scenario: Any, items: Sequence[Any], reproduced: set[str] | 
             or (french and len(FRENCH.findall(item.finetuned_output or "")) >= 2)]
 
 
-def verify_case(workdir: Path, base_model: str, report: Report, top_k: int | None) -> dict[str, Any]:
+def verify_case(workdir: Path, base_model: str, top_k: int | None) -> dict[str, Any]:
     """`gradian verify` on the case's report: retrain without the accused set and without a random one as large.
 
     The accused set is the top cluster when the planted rows form one (fact, format); in the span kind they are
@@ -208,12 +207,8 @@ def verify_case(workdir: Path, base_model: str, report: Report, top_k: int | Non
     """
     from gradian.counterfactual.verify import plan_verify, run_verify
 
-    drop_file = None
-    if top_k is not None:
-        top = [row.id for row in report.top_examples][:top_k]
-        drop_file = workdir / "verify-drop.txt"
-        drop_file.write_text("\n".join(top) + "\n", encoding="utf-8")
-    plan = plan_verify(out=workdir / "verify", report_dir=workdir / "report", drop_file=drop_file,
+    plan = plan_verify(out=workdir / "verify", report_dir=workdir / "report",
+                       drop=f"top:{top_k}" if top_k is not None else None,
                        base_model=base_model, controls=1)
     outcome = run_verify(plan, say=lambda line: print(f"  verify: {line}", flush=True))
     rows = {row["role"]: row for row in outcome.result["models"]}

@@ -62,7 +62,7 @@ def test_verify_takes_the_base_the_adapter_names(tmp_path, capsys, tiny_base_dir
     dataset, eval_set = write_dataset(tmp_path / "train.jsonl"), write_eval(tmp_path / "eval.jsonl")
     ids = tmp_path / "ids.txt"
     ids.write_text(load_dataset(dataset).ids[0] + "\n")
-    common = dict(out=tmp_path / "v", drop_file=ids, dataset=dataset, eval_dataset=eval_set)
+    common = dict(out=tmp_path / "v", drop=ids, dataset=dataset, eval_dataset=eval_set)
     assert plan_verify(adapter=tiny_adapter_dir, **common).base_model == str(tiny_base_dir)
     assert plan_verify(adapter=tiny_adapter_dir, base_model="smollm2-135m-instruct", **common).base_model == "smollm2-135m-instruct"
     code = main(["verify", "--drop", str(ids), "--adapter", str(elsewhere), "--dataset", str(dataset),

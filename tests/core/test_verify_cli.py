@@ -7,7 +7,8 @@ import pytest
 from gradian.cli.app import main
 from gradian.counterfactual.verify import FULL_FROM_ADAPTER, FULL_RETRAINED, plan_verify
 from gradian.data import load_dataset
-from gradian.report.drop_set import cluster_drop_set, command_flags, file_drop_set, report_inputs
+from gradian.report.drop_set import cluster_drop_set, command_flags, file_drop_set, report_inputs, top_drop_set
+from gradian.report.scores import read_scores
 from tests.core.counterfactual_reports import N_CLEAN, N_PLANTED, write_dataset, write_eval, write_report_dir
 
 
@@ -68,6 +69,21 @@ def test_a_drop_file_keeps_dataset_order_and_skips_comments(files, tmp_path):
     assert drop.ids == (examples.ids[2], examples.ids[7]) and drop.cluster is None
 
 
+def test_top_k_drops_the_reports_k_most_blamed_examples_in_dataset_order(report_dir, files, tmp_path):
+    examples = load_dataset(files[0])
+    recorded = read_scores(report_dir)
+    wanted = {i for i, rank in zip(recorded.ids, recorded.ranks) if rank <= 4}
+    drop = top_drop_set(report_inputs(report_dir), examples, 4)
+    assert set(drop.ids) == wanted and len(drop) == 4 and drop.cluster is None
+    assert list(drop.positions) == sorted(drop.positions) and drop.label == "the 4 most blamed examples"
+    plan = plan_verify(out=tmp_path / "v", report_dir=report_dir, drop="top:4", controls=2)
+    assert plan.drop.ids == drop.ids and "the 4 most blamed examples in" in plan.drop.origin
+    assert all(len(control) == 4 and not set(control) & wanted for control in plan.controls)
+    from gradian.report.export import export_without  # export's top:K is the very same rows
+
+    assert set(export_without(report_dir, "top:4", tmp_path / "kept.jsonl").dropped) == wanted
+
+
 def test_the_report_command_gives_the_input_defaults(report_dir, files):
     report = report_inputs(report_dir)
     assert report.named("dataset") == str(files[0]) and report.named("eval_dataset") == str(files[1])
@@ -124,6 +140,11 @@ def test_drop_ids_not_in_the_dataset_name_the_first_unknown_one(files, tmp_path,
     (["--drop", "{ids}", "--base-model", "tiny", "--dataset", "{train}"], "needs --eval-dataset"),
     (["--report", "{report}", "--cluster", "travel"], "has no cluster named 'travel'"),
     (["--report", "{report}", "--cluster", "greetings", "--drop", "{ids}"], "either --drop or --cluster"),
+    (["--report", "{report}", "--drop", "top:0"], "K must be a whole number of examples, at least 1"),
+    (["--report", "{report}", "--drop", "top:31"], "more examples than the dataset's 30"),
+    (["--report", "{report}", "--drop", "{tmp}/missing.txt"], "neither accused, top:K nor an existing ids file"),
+    (["--drop", "top:4", "--base-model", "tiny", "--dataset", "{train}", "--eval-dataset", "{eval}"],
+     "--drop top:4 needs --report"),
     (["--report", "{tmp}"], "is not an attribution report (no report.json)"),
     (["--report", "{report}", "--controls", "-1"], "--controls is -1"),
     (["--report", "{report}", "--backend", "axolotl"], "training backend 'axolotl' is not installed"),
@@ -137,6 +158,13 @@ def test_missing_and_wrong_flags_are_one_line_errors(report_dir, files, tmp_path
     out = [] if "--out" in argv else ["--out", str(tmp_path / "v")]
     err = _one_line_error(capsys, ["verify", *argv, *out])
     assert expected in err
+
+
+def test_top_k_of_a_report_that_attributed_nothing_is_refused(files, tmp_path, capsys):
+    refused = write_report_dir(tmp_path / "refused", *files, regressed=False)
+    err = _one_line_error(capsys, ["verify", "--report", str(refused), "--drop", "top:3", "--out", str(tmp_path / "v")])
+    assert "attributed nothing" in err and "--drop ids.txt" in err
+    assert not (tmp_path / "v").exists()
 
 
 def test_no_out_is_an_error(report_dir, capsys):

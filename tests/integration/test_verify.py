@@ -83,6 +83,25 @@ def test_a_drop_file_of_the_same_ids_gives_the_same_plan(report_dir, tmp_path):
     by_report = plan_verify(out=tmp_path / "v", report_dir=report_dir)
     ids_file = tmp_path / "ids.txt"
     ids_file.write_text("\n".join(reversed(by_report.drop.ids)) + "\n")
-    by_file = plan_verify(out=tmp_path / "v", report_dir=report_dir, drop_file=ids_file)
+    by_file = plan_verify(out=tmp_path / "v", report_dir=report_dir, drop=ids_file)
     assert by_file.drop.ids == by_report.drop.ids and by_file.controls == by_report.controls
     assert by_file.config == by_report.config and by_file.adapter == by_report.adapter
+
+
+def test_the_reports_top_k_can_be_dropped_instead_of_its_clusters(report_dir, tmp_path, capsys, monkeypatch):
+    from gradian.report.scores import read_scores
+
+    monkeypatch.setenv("GRADIAN_CACHE_DIR", str(tmp_path / "cache"))
+    with single_thread():
+        code = main(["verify", "--report", str(report_dir), "--drop", "top:14", "--controls", "0",
+                     "--out", str(tmp_path / "verify")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result = json.loads((tmp_path / "verify" / "verify.json").read_text())
+    recorded = read_scores(report_dir)
+    assert set(result["drop"]["ids"]) == {i for i, rank in zip(recorded.ids, recorded.ranks) if rank <= 14}
+    assert result["drop"]["label"] == "the 14 most blamed examples" and result["drop"]["clusters"] == []
+    dropped = next(row for row in result["models"] if row["role"] == "dropped")
+    assert dropped["training"]["dropped"] == 14 and [row["role"] for row in result["models"]] == ["full", "dropped"]
+    assert out.startswith("Dropping the 14 most blamed examples recovered")
+    assert "the 14 most blamed examples in" in (tmp_path / "verify" / "verify.md").read_text()

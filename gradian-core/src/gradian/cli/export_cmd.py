@@ -25,7 +25,8 @@ def export(report: ReportOption = None, drop: DropOption = None, out: OutOption 
     """Write the training data without the rows a report blames, ready to retrain on."""
     from gradian.cli.output import output_format as check_format
     from gradian.errors import ConfigError
-    from gradian.report.export import DROP_HELP, export_without, summary_lines
+    from gradian.report.drop_set import DROP_HELP
+    from gradian.report.export import export_without, summary_lines
 
     fmt = check_format(output_format)
     for value, flag, hint in ((report, "--report", "pass the --out directory of a gradian attribute run"),

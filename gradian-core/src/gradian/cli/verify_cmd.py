@@ -1,4 +1,4 @@
-"""`gradian verify`: drop the accused cluster, retrain, re-evaluate, next to random drops of the same size."""
+"""`gradian verify`: drop the accused clusters (or the K most blamed examples), retrain, re-evaluate, next to random drops of the same size."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from gradian.cli.options import (
 )
 
 ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Attribution report dir (the --out of gradian attribute); every cluster it accuses is dropped and its inputs are the defaults.")]
-DropOption = Annotated[Optional[Path], typer.Option("--drop", help="Text file of example ids to drop, one per line (instead of the report's accused clusters).")]
+DropOption = Annotated[Optional[str], typer.Option("--drop", help="What to drop instead of the report's accused clusters: top:K (the report's K most blamed examples) or a text file of example ids, one per line.")]
 ClusterOption = Annotated[Optional[str], typer.Option("--cluster", help="Drop this cluster of the --report instead of the accused ones.")]
 ControlsOption = Annotated[int, typer.Option("--controls", help="Random drop sets of the same size to compare with (seeded by attribution.seed).")]
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Directory for verify.md, verify.json and the retrained models.")]
@@ -56,7 +56,7 @@ def verify(
 
     fmt = check_format(output_format)
     check_before_retraining(device, dtype, backend, out)
-    plan = plan_verify(out=out, report_dir=report, drop_file=drop, cluster=cluster, base_model=base_model,
+    plan = plan_verify(out=out, report_dir=report, drop=drop, cluster=cluster, base_model=base_model,
                        adapter=adapter, dataset=dataset, eval_dataset=eval_dataset, config_path=config,
                        overrides=set_ or (), controls=controls, backend=backend, retrain_full=retrain_full,
                        trust_remote_code=trust_remote_code, device=device, dtype=dtype)

@@ -85,7 +85,8 @@ def verify_result(plan: VerifyPlan, trained: Mapping[str, TrainedModel], evaluat
             "device": plan.placement.device, "dtype": plan.placement.dtype,
             "config_sources": list(plan.config_sources),
         },
-        "drop": {"origin": plan.drop.origin, "cluster": plan.drop.cluster, "clusters": list(plan.drop.clusters),
+        "drop": {"origin": plan.drop.origin, "label": plan.drop.label, "cluster": plan.drop.cluster,
+                 "clusters": list(plan.drop.clusters),
                  "membership": plan.drop.membership,
                  "size": len(plan.drop), "ids": list(plan.drop.ids)},
         "controls": {"count": len(plan.controls), "seed": plan.control_seed,
@@ -183,7 +184,7 @@ def _verify_verdict(result: Mapping[str, Any]) -> tuple[str, str]:
     controls = [row for row in result["models"] if row["role"] == "control"]
     named = drop.get("clusters") or ([drop["cluster"]] if drop["cluster"] else [])  # older files: "cluster" only
     what = (", ".join(f"`{name}`" for name in named) + f" ({drop['size']} examples)" if named
-            else f"{drop['size']} listed examples")
+            else drop.get("label") or f"{drop['size']} listed examples")  # older files have no label
     level = f"{ev['confidence']:.0%}"
     if ev["lost"] <= 0:
         headline = (f"Nothing to recover: the full model scores {ev['full_mean']:.4g} and the base {ev['base_mean']:.4g} "

@@ -1,4 +1,5 @@
-"""`gradian verify`: drop the accused clusters, retrain, re-evaluate, and compare with random drops of the same size.
+"""`gradian verify`: drop the accused clusters (or the K most blamed examples, or listed ids), retrain, re-evaluate,
+and compare with random drops of the same size.
 
 The "full" model the recovery is measured from is the report's own adapter by default (what the user actually
 shipped). With ``retrain_full`` it is retrained on the whole dataset with the same backend, config and seed as the
@@ -28,12 +29,15 @@ from gradian.model.loaded import LoadedModel
 from gradian.model.placement import Placement, resolve_placement
 from gradian.report import command_line
 from gradian.report.drop_set import (
+    DropChoice,
     DropSet,
     ReportInputs,
     VerifyInputError,
     cluster_drop_set,
     file_drop_set,
+    parse_drop,
     report_inputs,
+    top_drop_set,
 )
 from gradian.report.reader import CauseRow
 from gradian.training.output import RUN_DIR
@@ -85,7 +89,7 @@ class VerifyOutcome(WrittenResult):
         return bool(self.result["verdict"]["confirmed"])
 
 
-def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: Path | None = None,
+def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop: str | Path | None = None,
                 cluster: str | None = None, base_model: str | None = None, adapter: Path | None = None,
                 dataset: Path | None = None, eval_dataset: Path | None = None, config_path: Path | None = None,
                 overrides: Sequence[str] = (), controls: int = 1, backend: str = "hf", retrain_full: bool = False,
@@ -93,11 +97,15 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
     """Resolve the inputs (flags first, then what the report names), the config and the drop sets; train nothing."""
     placement = resolve_placement(device, dtype)  # a bad --device fails before anything is read
 
-    if report_dir is None and drop_file is None:
+    if report_dir is None and drop is None:
         raise ConfigError("gradian verify needs --report DIR (an attribution report) or --drop ids.txt",
                           "pass the --out directory of gradian attribute, or a file with one example id per line")
-    if drop_file is not None and cluster is not None:
+    if drop is not None and cluster is not None:
         raise ConfigError("pass either --drop or --cluster, not both", "--cluster names a cluster of the --report")
+    choice = parse_drop(str(drop)) if drop is not None else None
+    if choice is not None and choice.kind != "file" and report_dir is None:
+        raise ConfigError(f"--drop {drop} needs --report", "pass the attribution report whose blame to drop by, "
+                          "or --drop ids.txt with the example ids to drop")
     if cluster is not None and report_dir is None:
         raise ConfigError("--cluster needs --report", "pass the attribution report whose cluster to drop")
     if controls < 0:
@@ -118,21 +126,30 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop_file: 
     examples = load_dataset(dataset_path)
     _check_same_dataset(report, examples)
     load_eval_dataset(eval_path)  # bad eval items fail now, not after minutes of training
-    if drop_file is not None:
-        drop = file_drop_set(drop_file, examples, str(dataset_path))
-    else:
-        drop = cluster_drop_set(report, examples, cluster=cluster, chunk_bytes=config.attribution.chunk_bytes)
-    if len(drop) >= len(examples):
+    drop_set = _drop_set(choice, report, examples, str(dataset_path), cluster, config)
+    if len(drop_set) >= len(examples):
         raise VerifyInputError(f"the drop set holds all {len(examples)} examples, so nothing is left to train on",
-                               "drop a smaller cluster")
+                               "drop a smaller cluster, or fewer examples")
     seed = config.attribution.seed
     return VerifyPlan(base_model=base, dataset=dataset_path, dataset_sha256=examples.sha256, eval_dataset=eval_path,
                       adapter=adapter_path, retrain_full=retrain_full or adapter_path is None, config=config,
-                      config_sources=sources, drop=drop, controls=control_sets(examples.ids, drop.ids, controls, seed=seed),
+                      config_sources=sources, drop=drop_set,
+                      controls=control_sets(examples.ids, drop_set.ids, controls, seed=seed),
                       control_seed=seed, n_examples=len(examples), out=Path(out), backend=backend,
                       report_dir=Path(report_dir) if report_dir is not None else None,
                       causes=report.report.causes if report is not None else (),
                       trust_remote_code=trust_remote_code, placement=placement)
+
+
+def _drop_set(choice: DropChoice | None, report: ReportInputs | None, examples: Dataset, dataset_label: str,
+              cluster: str | None, config: GradianConfig) -> DropSet:
+    """What ``--drop`` (or, without it, the report's accused clusters or ``--cluster``) names, on ``examples``."""
+    if choice is not None and choice.kind == "file":
+        return file_drop_set(choice.path, examples, dataset_label)
+    assert report is not None  # plan_verify refused top:K and accused without --report
+    if choice is not None and choice.kind == "top":
+        return top_drop_set(report, examples, choice.top, dataset_label)
+    return cluster_drop_set(report, examples, cluster=cluster, chunk_bytes=config.attribution.chunk_bytes)
 
 
 def run_verify(plan: VerifyPlan, *, say: Say | None = None, command: Sequence[str] | None = None) -> VerifyOutcome:

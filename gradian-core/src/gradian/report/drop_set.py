@@ -1,4 +1,5 @@
-"""What `gradian verify` and `gradian export` drop: the accused (or a named) clusters of an attribution report, or ids from a file.
+"""What `gradian verify` and `gradian export` drop: the accused (or a named) clusters of an attribution report, its K most
+blamed examples, or ids from a file.
 
 The report's provenance also names the inputs it was made from (base model, adapter, dataset, eval set, run
 dir, index), which become verify's defaults. Cluster membership is recomputed the way the report decided it:
@@ -19,15 +20,26 @@ from gradian.attribution.results import ClusterAssignment
 from gradian.data.examples import Example
 from gradian.errors import DatasetError, GradianError
 from gradian.index.store import DEFAULT_CHUNK_BYTES, open_index
-from gradian.report.reader import ClusterMethod, IndexedInputs, Report, read_report
+from gradian.report.reader import REPORT_FILE, ClusterMethod, IndexedInputs, Report, read_report
+from gradian.report.scores import SCORES_CSV, RecordedScores, read_scores
 from gradian.user_files import read_text
 
 # Flags of `gradian attribute` whose values verify can take as defaults.
 COMMAND_FLAGS = ("--base-model", "--adapter", "--dataset", "--eval-dataset", "--run", "--index")
+DROP_HELP = "accused, top:K or a file of example ids (one per line)"
 
 
 class VerifyInputError(GradianError):
-    """A report, drop file or drop set that `gradian verify` cannot use."""
+    """A report, drop choice, drop file or drop set that `gradian verify` or `gradian export` cannot use."""
+
+
+@dataclass(frozen=True)
+class DropChoice:
+    """What to drop, parsed from ``--drop``: kind accused | top | file, with K or the ids file."""
+
+    kind: str
+    top: int = 0
+    path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,8 @@ class DropSet:
 
     ids: tuple[str, ...]
     origin: str  # one phrase for verify.md: "accused cluster `x` of report DIR (dataset field `source`)"
-    clusters: tuple[str, ...] = ()  # the clusters dropped whole (none for a file of ids)
+    clusters: tuple[str, ...] = ()  # the clusters dropped whole (none for top:K or a file of ids)
+    label: str = ""  # what was dropped, for a headline, where no cluster names it: "the 20 most blamed examples"
     membership: str | None = None  # how cluster membership was decided
     positions: tuple[int, ...] = field(default=(), compare=False)
 
@@ -102,6 +115,65 @@ def command_flags(command: str) -> dict[str, str]:
         elif position + 1 < len(words):
             flags[name] = words[position + 1]
     return flags
+
+
+def parse_drop(spec: str) -> DropChoice:
+    """``accused``, ``top:K`` (K >= 1) or the path of an ids file."""
+    if spec == "accused":
+        return DropChoice("accused")
+    if spec.startswith("top:"):
+        count = spec[4:]
+        if not count.isdigit() or int(count) < 1:
+            raise VerifyInputError(f"--drop {spec!r}: K must be a whole number of examples, at least 1",
+                                   "e.g. --drop top:20")
+        return DropChoice("top", top=int(count))
+    path = Path(spec)
+    if not path.is_file():
+        raise VerifyInputError(f"--drop {spec!r} is neither accused, top:K nor an existing ids file",
+                               f"pass {DROP_HELP}")
+    return DropChoice("file", path=path)
+
+
+def recorded_scores(report: ReportInputs, examples: Sequence[Example],
+                    dataset_label: str = "the dataset") -> RecordedScores | None:
+    """The report's scores.csv, checked against the dataset; None for a report written before scores.csv existed."""
+    if not (report.directory / SCORES_CSV).is_file():
+        return None
+    recorded = read_scores(report.directory)
+    known = {example.id for example in examples}
+    if set(recorded.ids) != known:
+        unknown = next((i for i in recorded.ids if i not in known), None)
+        raise VerifyInputError(f"{recorded.path} scores ids that {dataset_label} does not hold"
+                               + (f" (first: {unknown})" if unknown else ""),
+                               "the dataset changed since the report; pass --dataset with the exact training data "
+                               "the report attributed, or rerun gradian attribute")
+    return recorded
+
+
+def top_drop_set(report: ReportInputs, examples: Sequence[Example], k: int,
+                 dataset_label: str = "the dataset") -> DropSet:
+    """The report's ``k`` most blamed examples (scores.csv's ranking; an older report's listed top), in dataset order."""
+    if not report.report.attributed:
+        raise VerifyInputError(f"the report in {report.directory} attributed nothing "
+                               f"({report.report.verdict.headline or report.report.verdict.kind})",
+                               "there is no blame to rank by; pass --drop ids.txt to drop rows you chose")
+    if k > len(examples):
+        raise VerifyInputError(f"--drop top:{k} asks for more examples than the dataset's {len(examples)}",
+                               f"pass K of at most {len(examples) - 1}")
+    recorded = recorded_scores(report, examples, dataset_label)
+    if recorded is not None:
+        chosen = {i for i, rank in zip(recorded.ids, recorded.ranks, strict=True) if rank <= k}
+        source = str(recorded.path)
+    else:
+        top = report.report.top_examples
+        if k > len(top):
+            raise VerifyInputError(f"the report in {report.directory} has no {SCORES_CSV} and lists only its top "
+                                   f"{len(top)}", f"pass K of at most {len(top)}, or rerun gradian attribute to write "
+                                   f"{SCORES_CSV}")
+        chosen, source = {row.id for row in top[:k]}, f"{report.directory}/{REPORT_FILE}"
+    positions = tuple(p for p, example in enumerate(examples) if example.id in chosen)
+    return DropSet(ids=tuple(examples[p].id for p in positions), origin=f"the {k} most blamed examples in {source}",
+                   label=f"the {k} most blamed examples", positions=positions)
 
 
 def cluster_drop_set(report: ReportInputs, examples: Sequence[Example], *, cluster: str | None = None,

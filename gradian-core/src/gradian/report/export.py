@@ -16,24 +16,21 @@ from typing import Any
 from gradian.data import Dataset, load_dataset
 from gradian.data.subset import write_subset
 from gradian.errors import GradianError
-from gradian.report.drop_set import ReportInputs, cluster_drop_set, file_drop_set, report_inputs
-from gradian.report.reader import REPORT_FILE
-from gradian.report.scores import SCORES_CSV, RecordedScores, read_scores
-
-DROP_HELP = "accused, top:K or a file of example ids (one per line)"
+from gradian.report.drop_set import (
+    DropChoice,
+    ReportInputs,
+    cluster_drop_set,
+    file_drop_set,
+    parse_drop,
+    recorded_scores,
+    report_inputs,
+    top_drop_set,
+)
+from gradian.report.scores import RecordedScores
 
 
 class ExportError(GradianError):
     """A report, drop choice or output that `gradian export` cannot use."""
-
-
-@dataclass(frozen=True)
-class DropChoice:
-    """What to drop, parsed from ``--drop``: kind accused | top | file, with K or the ids file."""
-
-    kind: str
-    top: int = 0
-    path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -53,22 +50,6 @@ class ExportResult:
         """The result as plain JSON."""
         return {"dataset": str(self.dataset), "out": str(self.out), "format": self.kind, "how": self.how,
                 "total": self.total, "kept": self.kept, "dropped": list(self.dropped), "origin": self.origin}
-
-
-def parse_drop(spec: str) -> DropChoice:
-    """``accused``, ``top:K`` (K >= 1) or the path of an ids file."""
-    if spec == "accused":
-        return DropChoice("accused")
-    if spec.startswith("top:"):
-        count = spec[4:]
-        if not count.isdigit() or int(count) < 1:
-            raise ExportError(f"--drop {spec!r}: K must be a whole number of examples, at least 1",
-                              "e.g. --drop top:20")
-        return DropChoice("top", top=int(count))
-    path = Path(spec)
-    if not path.is_file():
-        raise ExportError(f"--drop {spec!r} is neither accused, top:K nor an existing ids file", f"pass {DROP_HELP}")
-    return DropChoice("file", path=path)
 
 
 def export_without(report_dir: Path | str, drop: str, out: Path | str, *, dataset: Path | str | None = None,
@@ -119,38 +100,10 @@ def _drop_ids(report: ReportInputs, choice: DropChoice, examples: Dataset) -> tu
     if not report.report.attributed:
         raise ExportError(f"the report in {report.directory} attributed nothing ({report.report.verdict.headline})",
                           "there is no blame to drop by; pass --drop ids.txt to drop rows you chose")
-    recorded = _recorded_scores(report, examples)
     if choice.kind == "top":
-        return _top_ids(report, choice.top, recorded, len(examples))
-    return _accused_ids(report, recorded, examples)
-
-
-def _recorded_scores(report: ReportInputs, examples: Dataset) -> RecordedScores | None:
-    """scores.csv, checked against the dataset; None for a report written before scores.csv existed."""
-    if not (report.directory / SCORES_CSV).is_file():
-        return None
-    recorded = read_scores(report.directory)
-    if set(recorded.ids) != set(examples.ids):
-        unknown = next((i for i in recorded.ids if i not in set(examples.ids)), None)
-        raise ExportError(f"{recorded.path} scores ids that {examples.path} does not hold"
-                          + (f" (first: {unknown})" if unknown else ""),
-                          "the dataset changed since the report; pass --dataset with the exact training data the "
-                          "report attributed, or rerun gradian attribute")
-    return recorded
-
-
-def _top_ids(report: ReportInputs, k: int, recorded: RecordedScores | None, total: int) -> tuple[tuple[str, ...], str]:
-    if k > total:
-        raise ExportError(f"--drop top:{k} asks for more examples than the dataset's {total}",
-                          f"pass K of at most {total - 1}")
-    if recorded is not None:
-        ids = tuple(i for i, rank in zip(recorded.ids, recorded.ranks, strict=True) if rank <= k)
-        return ids, f"the {k} most blamed examples in {recorded.path}"
-    top = report.report.top_examples
-    if k > len(top):
-        raise ExportError(f"the report in {report.directory} has no {SCORES_CSV} and lists only its top {len(top)}",
-                          f"pass K of at most {len(top)}, or rerun gradian attribute to write {SCORES_CSV}")
-    return tuple(row.id for row in top[:k]), f"the {k} most blamed examples in {report.directory}/{REPORT_FILE}"
+        drop = top_drop_set(report, examples, choice.top, dataset_label=str(examples.path))
+        return drop.ids, drop.origin
+    return _accused_ids(report, recorded_scores(report, examples, str(examples.path)), examples)
 
 
 def _accused_ids(report: ReportInputs, recorded: RecordedScores | None, examples: Dataset) -> tuple[tuple[str, ...], str]:
