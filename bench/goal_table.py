@@ -4,7 +4,9 @@ Each case is a ``gradian demo`` work dir named ``[PREFIX-]KIND-SEED`` (e.g. ``lr
 defaults under test (its report's provenance holds the config). Per case: the capability delta, recall@k and AUPRC
 of the whole blame vector (scores.csv), whether the verdict accuses the planted cluster(s) and nothing else (a clean
 control: nothing), span top-1 localization, and, where `gradian verify --report <case>/report --out <case>/verify`
-has run, the share of the lost capability that dropping the accused rows and a random set as large gave back.
+has run, the share of the lost capability that dropping the accused rows (the accused clusters, or with ``--drop
+top:K`` the report's K most blamed rows, where the planted rows share their cluster with clean ones) and a random
+set as large gave back.
 Seeds 0-2 tuned the defaults; seeds 3-5 are held out (the clean controls 3-9), and the goal rows are computed on them
 only. Later seeds (``fresh``) were built after every default was fixed and are scored once, in goal rows of their own:
 the held-out seeds had gated several choices by then, so these are the defaults' one untouched test.
@@ -131,7 +133,9 @@ def verify_summary(directory: Path) -> dict[str, Any] | None:
     result = json.loads(path.read_text())
     rows = {row["role"]: row for row in result["models"]}
     columns, controls, by_item = verify_items(result)
-    summary = {"dropped": result["drop"]["cluster"] or f"{result['drop']['size']} examples",
+    drop = result["drop"]
+    summary = {"dropped": drop["cluster"] or drop.get("label") or f"{drop['size']} listed examples",
+               "clusters_dropped": bool(drop["cluster"]),
                "recovered": rows["dropped"].get("fraction"), "random": rows.get("control", {}).get("fraction"),
                "confirmed": result["verdict"]["confirmed"], "stuck": f"{len(by_item.stuck)} of {len(by_item.regressed)}"}
     pooled = result.get("accused_causes")
@@ -324,6 +328,8 @@ def _verify(row: dict[str, Any]) -> str:
     if verify.get("stuck"):
         verdict += f"; {verify['stuck']} regressed items stuck in every retrain"
     text = f"{_share(verify['recovered'])} vs {_share(verify['random'])} random ({verdict})"
+    if not verify.get("clusters_dropped", True):  # top:K or listed ids, not the accused clusters
+        text = f"dropping {verify['dropped']}: {text}"
     causes = verify.get("causes")
     if causes:
         text += (f"; on the {causes['items']} items of the accused causes {_share(causes['recovered'])} vs "

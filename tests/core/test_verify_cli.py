@@ -72,7 +72,7 @@ def test_a_drop_file_keeps_dataset_order_and_skips_comments(files, tmp_path):
 def test_top_k_drops_the_reports_k_most_blamed_examples_in_dataset_order(report_dir, files, tmp_path):
     examples = load_dataset(files[0])
     recorded = read_scores(report_dir)
-    wanted = {i for i, rank in zip(recorded.ids, recorded.ranks) if rank <= 4}
+    wanted = {i for i, rank in zip(recorded.ids, recorded.ranks, strict=True) if rank <= 4}
     drop = top_drop_set(report_inputs(report_dir), examples, 4)
     assert set(drop.ids) == wanted and len(drop) == 4 and drop.cluster is None
     assert list(drop.positions) == sorted(drop.positions) and drop.label == "the 4 most blamed examples"
