@@ -156,7 +156,7 @@ def top_drop_set(report: ReportInputs, examples: Sequence[Example], k: int,
     if not report.report.attributed:
         raise VerifyInputError(f"the report in {report.directory} attributed nothing "
                                f"({report.report.verdict.headline or report.report.verdict.kind})",
-                               "there is no blame to rank by; pass --drop ids.txt to drop rows you chose")
+                               "there is no blame to drop by; pass --drop ids.txt to drop rows you chose")
     if k > len(examples):
         raise VerifyInputError(f"--drop top:{k} asks for more examples than the dataset's {len(examples)}",
                                f"pass K of at most {len(examples) - 1}")

@@ -97,12 +97,12 @@ def _drop_ids(report: ReportInputs, choice: DropChoice, examples: Dataset) -> tu
     if choice.kind == "file":
         drop = file_drop_set(choice.path, examples, dataset_label=str(examples.path))
         return drop.ids, drop.origin
+    if choice.kind == "top":  # top_drop_set refuses a report that attributed nothing
+        drop = top_drop_set(report, examples, choice.top, dataset_label=str(examples.path))
+        return drop.ids, drop.origin
     if not report.report.attributed:
         raise ExportError(f"the report in {report.directory} attributed nothing ({report.report.verdict.headline})",
                           "there is no blame to drop by; pass --drop ids.txt to drop rows you chose")
-    if choice.kind == "top":
-        drop = top_drop_set(report, examples, choice.top, dataset_label=str(examples.path))
-        return drop.ids, drop.origin
     return _accused_ids(report, recorded_scores(report, examples, str(examples.path)), examples)
 
 
