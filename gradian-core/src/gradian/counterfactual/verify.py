@@ -33,6 +33,7 @@ from gradian.report.drop_set import (
     DropSet,
     ReportInputs,
     VerifyInputError,
+    check_same_dataset,
     cluster_drop_set,
     file_drop_set,
     parse_drop,
@@ -124,7 +125,7 @@ def plan_verify(*, out: Path | None, report_dir: Path | None = None, drop: str |
     base = _base_model(base_model, report, adapter_path)
     config, sources = _config(report, adapter_path, config_path, overrides)
     examples = load_dataset(dataset_path)
-    _check_same_dataset(report, examples)
+    check_same_dataset(report, examples)
     load_eval_dataset(eval_path)  # bad eval items fail now, not after minutes of training
     drop_set = _drop_set(choice, report, examples, str(dataset_path), cluster, config)
     if len(drop_set) >= len(examples):
@@ -262,12 +263,3 @@ def _config(report: ReportInputs | None, adapter: Path | None, config_path: Path
     config = layered_config(report.config if report is not None else None, train_section=train_section,
                             config_path=config_path, overrides=overrides)
     return config, tuple(sources)
-
-
-def _check_same_dataset(report: ReportInputs | None, examples: Dataset) -> None:
-    """The dataset must be the bytes the report was made from: ids and cluster membership depend on them."""
-    recorded = report.sources.dataset_sha256 if report is not None else None
-    if recorded and recorded != examples.sha256:
-        raise DatasetError(f"--dataset {examples.path} is not the file the report was made from "
-                           f"(sha256 {examples.sha256[:12]} vs {str(recorded)[:12]})",
-                           "pass the exact training data the report attributed, in the same order")

@@ -17,6 +17,7 @@ from typing import Any
 
 from gradian.attribution.clusters import DEFAULT_SKETCH_DIM, auto_clusters, clusters_from_field
 from gradian.attribution.results import ClusterAssignment
+from gradian.data import Dataset
 from gradian.data.examples import Example
 from gradian.errors import DatasetError, GradianError
 from gradian.index.store import DEFAULT_CHUNK_BYTES, open_index
@@ -132,6 +133,16 @@ def parse_drop(spec: str) -> DropChoice:
         raise VerifyInputError(f"--drop {spec!r} is neither accused, top:K nor an existing ids file",
                                f"pass {DROP_HELP}")
     return DropChoice("file", path=path)
+
+
+def check_same_dataset(report: ReportInputs | None, examples: Dataset) -> None:
+    """Refuse a dataset that is not the bytes the report was made from: ids and cluster membership depend on them."""
+    recorded = report.sources.dataset_sha256 if report is not None else None
+    if recorded and recorded != examples.sha256:
+        raise DatasetError(f"{examples.path} is not the file the report was made from: it changed since the report "
+                           f"was made (sha256 {examples.sha256[:12]} here, {str(recorded)[:12]} in the report)",
+                           "pass --dataset with the exact training data the report attributed, in the same order, "
+                           "restore it, or rerun gradian attribute")
 
 
 def recorded_scores(report: ReportInputs, examples: Sequence[Example],

@@ -19,6 +19,7 @@ from gradian.errors import GradianError
 from gradian.report.drop_set import (
     DropChoice,
     ReportInputs,
+    check_same_dataset,
     cluster_drop_set,
     file_drop_set,
     parse_drop,
@@ -62,7 +63,7 @@ def export_without(report_dir: Path | str, drop: str, out: Path | str, *, datase
         raise ExportError(f"--out {out} already exists", "pass --overwrite to replace it, or another --out")
     path = _dataset_path(report, dataset)
     examples = load_dataset(path)
-    _check_same_dataset(report, examples)
+    check_same_dataset(report, examples)
     ids, origin = _drop_ids(report, choice, examples)
     dropped = set(ids)
     keep = [example.index for example in examples if example.id not in dropped]
@@ -80,16 +81,6 @@ def _dataset_path(report: ReportInputs, dataset: Path | str | None) -> Path:
         raise ExportError(f"the report in {report.directory} names no training dataset",
                           "pass --dataset with the exact training data the report attributed")
     return Path(named)
-
-
-def _check_same_dataset(report: ReportInputs, examples: Dataset) -> None:
-    """Ids embed position and content: a dataset that changed since the report would drop the wrong rows."""
-    recorded = report.sources.dataset_sha256
-    if recorded and recorded != examples.sha256:
-        raise ExportError(f"{examples.path} changed since the report was made (sha256 {examples.sha256[:12]} now, "
-                          f"{str(recorded)[:12]} in the report)",
-                          "export needs the exact training data the report attributed: restore it, pass that file "
-                          "with --dataset, or rerun gradian attribute")
 
 
 def _drop_ids(report: ReportInputs, choice: DropChoice, examples: Dataset) -> tuple[tuple[str, ...], str]:
