@@ -370,8 +370,8 @@ def test_the_report_names_each_cause_and_leads_with_the_first(tmp_path):
     markdown = render_markdown(report)
     assert "## Causes" in markdown and markdown.index("## Clusters") < markdown.index("## Causes")
     assert '<section id="causes">' in render_html(report)
-    assert "check the blamed clusters by dropping them" in markdown
-    assert "check the blamed clusters by dropping them" in render_html(report)
+    assert "check the blamed clusters by retraining without them" in markdown
+    assert "check the blamed clusters by retraining without them" in render_html(report)
 
 
 def test_the_report_says_which_cause_is_a_canned_reply():

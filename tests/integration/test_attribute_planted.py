@@ -434,6 +434,9 @@ def test_the_cli_prints_the_verdict_and_the_report_path(substitution, contrastiv
     assert f"Attributed: cluster `{PLANTED_SOURCE}` is blamed." in captured.out
     assert f"accused cluster: {PLANTED_SOURCE} (rank 1 of 6" in captured.out
     assert "capability (contains): base 1.000 -> fine-tuned 0.222" in captured.out
+    # the next step names this report's directory, as a command to paste
+    assert f"Next: check the blamed cluster by retraining without it against a random drop of the same size " \
+           f"(gradian verify --report {out} --out {tmp_path / 'verify'})" in captured.out
     assert f"report: {out / 'report.md'}" in captured.out
     report = json.loads((out / "report.json").read_text())
     assert report["provenance"]["command"].startswith("gradian attribute --base-model")

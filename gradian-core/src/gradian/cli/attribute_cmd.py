@@ -95,6 +95,7 @@ def attribute(
 def print_outcome(outcome: Any, fmt: str) -> None:
     """The result on stdout in ``fmt`` (json: report.json, md: report.md); timings and file names on stderr."""
     from gradian.cli.output import is_quiet, note
+    from gradian.report.json_report import next_step
     from gradian.report.reader import REPORT_FILE
 
     stages = "stages: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in outcome.timings.items())
@@ -104,6 +105,9 @@ def print_outcome(outcome: Any, fmt: str) -> None:
         typer.echo((outcome.out_dir / "report.md").read_text(encoding="utf-8"), nl=False)
     else:
         typer.echo(verdict_text(outcome.parsed))
+        step = next_step(outcome.parsed.document, outcome.out_dir)
+        if step:
+            typer.echo(step.replace("`", ""))
         if not is_quiet():
             typer.echo(stages)
         typer.echo(f"report: {outcome.out_dir / 'report.md'} (also report.html; every score in scores.csv)")

@@ -19,6 +19,7 @@ from gradian.report.json_report import (
     checkpoints_text,
     cluster_prior_text,
     clusters_aggregation,
+    next_step,
     unexplained,
 )
 
@@ -42,7 +43,7 @@ img{max-width:100%}details{margin:.6em 0}summary{cursor:pointer;font-weight:600}
 
 def render_html(report: Mapping[str, Any], images: Mapping[str, bytes] | None = None) -> str:
     """The whole report.html text; ``images`` maps each plot file name in the report to its PNG bytes."""
-    parts = [_verdict(report["verdict"])]
+    parts = [_verdict(report["verdict"], next_step(report))]
     if report.get("capability") is not None:
         parts.append(_capability(report["capability"], report.get("query_signal") or {}))
     elif report.get("query_signal"):
@@ -66,14 +67,11 @@ def render_html(report: Mapping[str, Any], images: Mapping[str, bytes] | None = 
             + "\n".join(parts) + "\n</body>\n</html>\n")
 
 
-def _verdict(verdict: Mapping[str, Any]) -> str:
+def _verdict(verdict: Mapping[str, Any], step: str) -> str:
     kind = "" if verdict.get("accused_cluster") else " neutral"
     body = [f"<p class=\"headline\">{_with_code(verdict.get('headline') or '')}</p>", _p(verdict["summary"])]
-    if verdict.get("accused_cluster"):
-        one = len(verdict.get("accused_clusters") or ()) <= 1
-        body.append(_p(f"Next: check the blamed {'cluster by dropping it' if one else 'clusters by dropping them'} "
-                       "and retraining against a random-drop control (gradian verify), or export the dataset "
-                       f"without {'it' if one else 'them'} (gradian export --drop accused)."))
+    if step:
+        body.append(_p(step))
     return f"<section id=\"verdict\" class=\"verdict{kind}\">\n<h2>Verdict</h2>\n" + "\n".join(body) + "\n</section>"
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -282,6 +283,40 @@ def unexplained(cause: Mapping[str, Any], quote: str = "") -> str:
         return "no data cause found"
     return (f"no data cause found (the strongest, {quote}{cause['strongest_cluster']}{quote}, has family-wise "
             f"p = {cause['strongest_p_adjusted']:.3g}, not below {cause['alpha']:.3g})")
+
+
+# An accused cluster more than this many times the report's top K is mostly rows with little blame of their own: on
+# planted rows filed among clean ones, dropping a whole 134-row host gave back 20% of the lost capability where its
+# 20 most blamed rows gave 40%, and on a 64-row host 42% against 67% (docs/accuracy.md, verify on held-out cases).
+WIDE_ACCUSATION = 2
+
+
+def next_step(report: Mapping[str, Any], directory: Path | None = None) -> str:
+    """What to run to check an attributed report's answer, as one paragraph ('' where there is no blame to act on);
+    the commands name ``directory`` where the report's directory is known."""
+    verdict = report["verdict"]
+    top = len(report.get("top_examples") or ())
+    if verdict.get("kind") != "attributed" or not top:
+        return ""
+    where = (shlex.quote(str(directory)), shlex.quote(str(directory.parent / "verify"))) if directory is not None \
+        else ("<this report's directory>", "<a new directory>")
+    verify = f"gradian verify --report {where[0]} --out {where[1]}"
+    accused = [name for name in verdict.get("accused_clusters") or () if name]
+    if not accused:
+        return (f"Next: read the top examples; `{verify} --drop top:{top}` retrains without the {top} most blamed "
+                f"against a random drop of {top}, and `gradian export --drop top:{top}` writes the dataset without "
+                "them.")
+    one = len(accused) == 1
+    it, its = ("it", "its") if one else ("them", "their")
+    text = (f"Next: check the blamed {'cluster' if one else 'clusters'} by retraining without {it} against a random "
+            f"drop of the same size (`{verify}`), or read {its} examples; `gradian export --drop accused` writes the "
+            f"dataset without {it}.")
+    sizes = {row["name"]: int(row["size"]) for row in (report.get("clusters") or {}).get("ranked") or ()}
+    held = sum(sizes.get(name, 0) for name in accused)
+    if held > WIDE_ACCUSATION * top:
+        text += (f" {'It holds' if one else 'They hold'} {held} examples: where the blame sits in a few of them, "
+                 f"`--drop top:{top}` checks the {top} most blamed instead.")
+    return text
 
 
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:

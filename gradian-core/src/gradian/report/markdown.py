@@ -16,6 +16,7 @@ from gradian.report.json_report import (
     checkpoints_text,
     cluster_prior_text,
     clusters_aggregation,
+    next_step,
     unexplained,
 )
 
@@ -27,7 +28,7 @@ MANIFEST_FILE = "manifest.json"  # written next to report.md by the writer
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The whole report.md text for a report dict (any of the kinds json_report builds)."""
-    parts = ["# Gradian attribution report", _verdict(report["verdict"])]
+    parts = ["# Gradian attribution report", _verdict(report["verdict"], next_step(report))]
     if report.get("capability") is not None:
         parts.append(_capability(report["capability"], report.get("query_signal") or {}))
     elif report.get("query_signal"):
@@ -48,16 +49,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n\n".join(part.rstrip() for part in parts if part) + "\n"
 
 
-def _verdict(verdict: Mapping[str, Any]) -> str:
+def _verdict(verdict: Mapping[str, Any], step: str) -> str:
     lines = ["## Verdict", ""]
     if verdict.get("headline"):
         lines += [f"**{verdict['headline']}**", ""]
     lines.append(verdict["summary"])
-    if verdict.get("accused_cluster"):
-        one = len(verdict.get("accused_clusters") or ()) <= 1
-        lines += ["", f"Next: check the blamed {'cluster by dropping it' if one else 'clusters by dropping them'} "
-                      "and retraining against a random-drop control (`gradian verify`), or read "
-                      f"{'its' if one else 'their'} examples below."]
+    if step:
+        lines += ["", step]
     return "\n".join(lines)
 
 
