@@ -41,8 +41,10 @@ def write_eval(path: Path, n: int = 6) -> Path:
 
 
 def write_report_dir(out: Path, dataset: Path, eval_dataset: Path, *, base_model: str = "tiny-base",
-                     adapter: str | None = None, regressed: bool = True, also_blamed: str | None = None) -> Path:
-    """A report on ``dataset`` accusing the planted cluster (and ``also_blamed``), or refusing (no significant delta)."""
+                     adapter: str | None = None, regressed: bool = True, also_blamed: str | None = None,
+                     planted_shift: float = 6.0) -> Path:
+    """A report on ``dataset`` accusing the planted cluster (and ``also_blamed``), or refusing (no significant delta);
+    with a small ``planted_shift`` (0.5) no cluster stands out and nothing is accused."""
     from gradian.attribution.clusters import cluster_blame, clusters_from_field
     from gradian.attribution.preconditioners import Preconditioner
     from gradian.attribution.scoring import ArraySource, score_examples
@@ -70,7 +72,7 @@ def write_report_dir(out: Path, dataset: Path, eval_dataset: Path, *, base_model
     rows = rng.normal(size=(len(examples), DIM))
     direction = np.eye(DIM)[0]
     planted = [i for i, example in enumerate(examples) if example.fields["source"] in (PLANTED, also_blamed)]
-    rows[planted] += 6.0 * direction
+    rows[planted] += planted_shift * direction
     scores = score_examples(ArraySource(rows, examples.ids), -direction[None, :], top_k=10)
     clusters = cluster_blame(np.asarray(scores.blame), clusters_from_field(examples, "source"), permutations=200)
     report = attribution_report(scores=scores, capability=capability,

@@ -123,6 +123,13 @@ def test_a_report_without_an_accused_cluster_says_what_to_pass_instead(files, tm
     assert not (tmp_path / "v").exists()
 
 
+def test_an_attributed_report_that_accuses_nothing_offers_its_top_k(files, tmp_path, capsys):
+    quiet = write_report_dir(tmp_path / "quiet", *files, planted_shift=0.5)  # attributed, nothing accused
+    err = _one_line_error(capsys, ["verify", "--report", str(quiet), "--out", str(tmp_path / "v")])
+    assert "accuses no cluster" in err and "pass --drop top:10 for its most blamed examples, --cluster NAME" in err
+    assert not (tmp_path / "v").exists()
+
+
 def test_drop_ids_not_in_the_dataset_name_the_first_unknown_one(files, tmp_path, capsys):
     examples = load_dataset(files[0])
     ids_file = tmp_path / "ids.txt"

@@ -197,7 +197,9 @@ def cluster_drop_set(report: ReportInputs, examples: Sequence[Example], *, clust
         strongest = ", ".join(f"{row.name} ({row.size})" for row in ranked[:3])
         raise VerifyInputError(
             f"the report in {report.directory} accuses no cluster ({verdict.headline or verdict.kind})",
-            "pass --cluster NAME to drop one of its clusters" + (f" (strongest: {strongest})" if strongest else "")
+            (f"pass --drop top:{len(report.report.top_examples)} for its most blamed examples, " if report.report.attributed
+             and report.report.top_examples else "pass ")
+            + "--cluster NAME to drop one of its clusters" + (f" (strongest: {strongest})" if strongest else "")
             + ", or --drop ids.txt with the example ids to drop")
     sizes = {row.name: row.size for row in ranked}
     unknown = [name for name in names if name not in sizes]
