@@ -8,8 +8,9 @@ gradients), tested on the same blame, would hold the planted rows and be accused
 report's per-item blame (cause 1's items, the mean of per-item z-scores: what the report tests clusters on) and its
 index (the adapter's gradients): the source field's strongest cluster rescored this way (a check against the
 report), then the strongest automatic cluster at the default k and at k = 24, its size, its planted rows, z and
-family-wise p (1,000 permutations, seed 0). Nothing here changes a default; clean controls are not in it (none of
-their indexes is on disk), so a false accusation is not measured.
+family-wise p (1,000 permutations, seed 0). Nothing here changes a default. A clean control whose index is gone is
+scored after ``gradian index --adapter CASE/train/adapter --dataset CASE/scenario/train.jsonl --config
+CASE/config.yaml --out CASE/index`` rebuilds it.
 
     .venv/bin/python bench/auto_subclusters.py --cases /work/bench-cases shared-lr5e4-behaviour-9 ...
 """
