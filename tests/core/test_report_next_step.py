@@ -57,11 +57,11 @@ def test_a_small_accused_cluster_is_checked_by_dropping_it_whole():
     assert report["verdict"]["accused_clusters"] == ["vendor"]
     step = next_step(report)
     assert step.startswith("Next: check the blamed cluster by retraining without it against a random drop")
-    assert "`gradian verify --report <this report's directory> --out <a new directory>`" in step
-    assert "`gradian export --drop accused`" in step and "top:" not in step  # 8 rows: no narrower drop to offer
+    assert "`gradian verify --report REPORT_DIR --out VERIFY_DIR`" in step
+    assert "`gradian export --report REPORT_DIR --out CLEANED_DATASET --drop accused`" in step
+    assert "top:" not in step  # 8 rows: no narrower drop to offer
     assert step in render_markdown(report)
-    assert "<code>gradian verify --report &lt;this report&#x27;s directory&gt; --out &lt;a new directory&gt;</code>" \
-        in render_html(report)
+    assert "<code>gradian verify --report REPORT_DIR --out VERIFY_DIR</code>" in render_html(report)
 
 
 def test_an_accused_host_wider_than_twice_the_top_k_offers_its_most_blamed_instead():
@@ -79,7 +79,8 @@ def test_nothing_accused_points_at_the_top_examples_and_their_drop():
     step = next_step(report, Path("runs/report"))
     assert step == (f"Next: read the top examples; `gradian verify --report runs/report --out runs/verify "
                     f"--drop top:{TOP}` retrains without the {TOP} most blamed against a random drop of {TOP}, and "
-                    f"`gradian export --drop top:{TOP}` writes the dataset without them.")
+                    f"`gradian export --report runs/report --out CLEANED_DATASET --drop top:{TOP}` writes the "
+                    "dataset without them.")
 
 
 @pytest.mark.parametrize("improved", [False, True])

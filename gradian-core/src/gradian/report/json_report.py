@@ -299,17 +299,17 @@ def next_step(report: Mapping[str, Any], directory: Path | None = None) -> str:
     if verdict.get("kind") != "attributed" or not top:
         return ""
     where = (shlex.quote(str(directory)), shlex.quote(str(directory.parent / "verify"))) if directory is not None \
-        else ("<this report's directory>", "<a new directory>")
+        else ("REPORT_DIR", "VERIFY_DIR")
     verify = f"gradian verify --report {where[0]} --out {where[1]}"
+    export = f"gradian export --report {where[0]} --out CLEANED_DATASET"
     accused = [name for name in verdict.get("accused_clusters") or () if name]
     if not accused:
         return (f"Next: read the top examples; `{verify} --drop top:{top}` retrains without the {top} most blamed "
-                f"against a random drop of {top}, and `gradian export --drop top:{top}` writes the dataset without "
-                "them.")
+                f"against a random drop of {top}, and `{export} --drop top:{top}` writes the dataset without them.")
     one = len(accused) == 1
     it, its = ("it", "its") if one else ("them", "their")
     text = (f"Next: check the blamed {'cluster' if one else 'clusters'} by retraining without {it} against a random "
-            f"drop of the same size (`{verify}`), or read {its} examples; `gradian export --drop accused` writes the "
+            f"drop of the same size (`{verify}`), or read {its} examples; `{export} --drop accused` writes the "
             f"dataset without {it}.")
     sizes = {row["name"]: int(row["size"]) for row in (report.get("clusters") or {}).get("ranked") or ()}
     held = sum(sizes.get(name, 0) for name in accused)
