@@ -161,13 +161,18 @@ def recorded_scores(report: ReportInputs, examples: Sequence[Example],
     return recorded
 
 
-def top_drop_set(report: ReportInputs, examples: Sequence[Example], k: int,
-                 dataset_label: str = "the dataset") -> DropSet:
-    """The report's ``k`` most blamed examples (scores.csv's ranking; an older report's listed top), in dataset order."""
+def require_blame(report: ReportInputs) -> None:
+    """Refuse a report that attributed nothing (a refusal, or a delta that was not significant): no blame to drop by."""
     if not report.report.attributed:
         raise VerifyInputError(f"the report in {report.directory} attributed nothing "
                                f"({report.report.verdict.headline or report.report.verdict.kind})",
                                "there is no blame to drop by; pass --drop ids.txt to drop rows you chose")
+
+
+def top_drop_set(report: ReportInputs, examples: Sequence[Example], k: int,
+                 dataset_label: str = "the dataset") -> DropSet:
+    """The report's ``k`` most blamed examples (scores.csv's ranking; an older report's listed top), in dataset order."""
+    require_blame(report)
     if k > len(examples):
         raise VerifyInputError(f"--drop top:{k} asks for more examples than the dataset's {len(examples)}",
                                f"pass K of at most {len(examples) - 1}")
@@ -195,10 +200,10 @@ def cluster_drop_set(report: ReportInputs, examples: Sequence[Example], *, clust
     if not names:
         verdict = report.report.verdict
         strongest = ", ".join(f"{row.name} ({row.size})" for row in ranked[:3])
+        top = len(report.report.top_examples) if report.report.attributed else 0
         raise VerifyInputError(
             f"the report in {report.directory} accuses no cluster ({verdict.headline or verdict.kind})",
-            (f"pass --drop top:{len(report.report.top_examples)} for its most blamed examples, " if report.report.attributed
-             and report.report.top_examples else "pass ")
+            "pass " + (f"--drop top:{top} for its most blamed examples, " if top else "")
             + "--cluster NAME to drop one of its clusters" + (f" (strongest: {strongest})" if strongest else "")
             + ", or --drop ids.txt with the example ids to drop")
     sizes = {row.name: row.size for row in ranked}

@@ -25,6 +25,7 @@ from gradian.report.drop_set import (
     parse_drop,
     recorded_scores,
     report_inputs,
+    require_blame,
     top_drop_set,
 )
 from gradian.report.scores import RecordedScores
@@ -88,12 +89,10 @@ def _drop_ids(report: ReportInputs, choice: DropChoice, examples: Dataset) -> tu
     if choice.kind == "file":
         drop = file_drop_set(choice.path, examples, dataset_label=str(examples.path))
         return drop.ids, drop.origin
-    if choice.kind == "top":  # top_drop_set refuses a report that attributed nothing
+    if choice.kind == "top":
         drop = top_drop_set(report, examples, choice.top, dataset_label=str(examples.path))
         return drop.ids, drop.origin
-    if not report.report.attributed:
-        raise ExportError(f"the report in {report.directory} attributed nothing ({report.report.verdict.headline})",
-                          "there is no blame to drop by; pass --drop ids.txt to drop rows you chose")
+    require_blame(report)
     return _accused_ids(report, recorded_scores(report, examples, str(examples.path)), examples)
 
 
