@@ -71,3 +71,35 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, tiny_base_dir, tiny_ada
     assert index_files(killed) == index_files(tmp_path / "whole")
     if extra:
         assert (killed / "whitening.safetensors").read_bytes() == scales
+
+
+@pytest.mark.slow
+def test_sigterm_ends_in_one_line_and_the_build_resumes(tmp_path, tiny_base_dir, tiny_adapter_dir, capsys):
+    """SIGTERM (timeout, kill, a batch scheduler) stops a command as Ctrl-C does: one line, 128 + 15, work kept."""
+    dataset = write_dataset(tmp_path / "train.jsonl", count=80)
+    out = tmp_path / "stopped"
+    partial = tmp_path / ".stopped.partial"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-m", "gradian", *index_argv(tiny_base_dir, tiny_adapter_dir, dataset, out)],
+                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not (partial / "shard-00000.json").exists():
+            assert child.poll() is None, child.stderr.read().decode()
+            assert time.monotonic() < deadline, "the build never finished a shard"
+            time.sleep(0.01)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=60) == 128 + signal.SIGTERM
+        stderr = child.stderr.read().decode()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stderr.close()
+    assert stderr.strip().splitlines()[-1] == "gradian: error: interrupted; finished work is kept and the next run resumes from it"
+    assert "Traceback" not in stderr
+    kept = sorted(p.name for p in partial.glob("shard-*.json"))
+    assert 1 <= len(kept) < 40 and not out.exists()
+    assert main(index_argv(tiny_base_dir, tiny_adapter_dir, dataset, out)) == 0
+    capsys.readouterr()
+    assert json.loads((out / "manifest.json").read_text())["build"]["computed_examples"] <= 80 - 2 * len(kept)
