@@ -216,6 +216,32 @@ def test_margin_is_the_autograd_gradient_of_the_first_divergent_tokens_losses_an
                                       max_seq_length=64).vectors)
 
 
+@pytest.mark.parametrize("weight", [0.0, 0.75, 1.0])
+def test_generated_weight_weighs_the_two_autograd_terms_of_a_paired_query(setup, weight):
+    from gradian.data import encode_answer
+    from gradian.query.signals import diverged
+    from tests.core.test_grads_exact import reference_gradient
+
+    tokenizer, loaded, capture = setup
+    right = Item("q1", "Paris", "The capital of France is Paris.", "The capital of France is Rome.", 1.0, 0.0)
+    w, g = diverged(encode_answer(PROMPT, right.base_output, tokenizer, 64),
+                    encode_answer(PROMPT, right.finetuned_output, tokenizer, 64), first_only=True)
+    wanted, generated = (reference_gradient(loaded, capture, {"input_ids": list(e.input_ids), "labels": list(e.labels)},
+                                            "sum").numpy() for e in (w, g))
+
+    def query(signal):
+        return query_gradients(capture, tokenizer, [right], {"q1": PROMPT}, signal, max_seq_length=64,
+                               generated_weight=weight).vectors[0]
+
+    unit = 2 * ((1 - weight) * wanted / np.linalg.norm(wanted) - weight * generated / np.linalg.norm(generated))
+    np.testing.assert_allclose(query("divergent-token"), unit, rtol=1e-4, atol=1e-5 * float(np.abs(unit).max()))
+    raw = 2 * ((1 - weight) * wanted - weight * generated)
+    np.testing.assert_allclose(query("margin"), raw, rtol=1e-4, atol=1e-5 * float(np.abs(raw).max()))
+    with pytest.raises(ValueError, match="generated_weight"):
+        query_gradients(capture, tokenizer, [right], {"q1": PROMPT}, "margin", max_seq_length=64,
+                        generated_weight=1.5)
+
+
 def test_shared_answers_are_the_items_another_item_answers_word_for_word():
     from gradian.query.signals import shared_answers
 

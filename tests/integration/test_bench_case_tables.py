@@ -729,3 +729,33 @@ def test_the_neighbour_prior_table_reproduces_the_shipped_ranking(cases, tmp_pat
     assert row["variants"]["cluster mean (shipped)"]["recall_at_k"] == goal["recall_at_k"]
     assert row["reproduced"] == pytest.approx(0.0, abs=1e-9) and set(row["variants"]) == set(
         bench_module("neighbour_prior").VARIANTS)
+
+
+@pytest.mark.slow
+def test_the_query_terms_table_splits_the_shipped_query_into_its_two_terms(cases, tiny_base_dir, tmp_path):
+    query_terms = bench_module("query_terms")
+    split, _ = _half_regressed_copy(cases, tmp_path)
+    report_json = split / "tiny-fact-4" / "report" / "report.json"
+    written = json.loads(report_json.read_text())
+    for item in written["capability"]["items"]:  # the pair a divergent-token query contrasts
+        item.update(base_output=f"The answer is {item['wanted']}.", finetuned_output="The answer is unknown.")
+    report_json.write_text(json.dumps(written))
+    out = tmp_path / "query_terms"
+    assert query_terms.main(["--final-only", "--cases", str(split), "tiny-fact-4", "--base-model", str(tiny_base_dir),
+                             "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert list(row["betas"]) == list(query_terms.BETAS) and row["final_only"] is True
+    assert all(0.0 <= m["recall_at_k"] <= 1.0 and 0.0 <= m["auprc"] <= 1.0 for m in row["betas"].values())
+    # the wanted term less the generated one is the product's divergent-token blame (generated_weight 0.5)
+    from accuracy_methods import item_blame, load_case
+
+    from gradian.config import load_config
+    from gradian.report.reader import read_report
+
+    workdir = split / "tiny-fact-4"
+    final = dataclasses.replace(load_case(workdir, str(tiny_base_dir), load_config(workdir / "config.yaml"),
+                                          read_report(workdir / "report")), scored_alone=False)
+    wanted, generated = query_terms.term_blames(final, workdir, set(), final_only=True)
+    shipped = item_blame(final, "divergent-token")
+    assert wanted.shape == shipped.shape and not np.allclose(wanted, 0) and not np.allclose(generated, 0)
+    np.testing.assert_allclose(wanted - generated, shipped, rtol=1e-4, atol=1e-6 * float(np.abs(shipped).max()))

@@ -73,6 +73,11 @@ class EvaluationConfig:
     metric: str = _opt("exact_match", "per-item score", choices=("exact_match", "contains", "token_f1", "loglik"))
     query_signal: str = _opt("auto", "query gradient",
                              choices=("classic", "contrastive", "divergence", "divergent-token", "margin", "auto"))
+    # 0.75: +0.039 mean recall@k over the format and span tuning cases at the adapter alone, none more than a row
+    # lower, fact and two causes +0.025, by a rule written first (docs/accuracy.md, bench/results/query_terms_tuning.md)
+    generated_weight: float = _opt(0.75, "a paired query's weight on the generated answer's term, the rest on the "
+                                   "wanted answer's: 0.5 weighs them equally, 1 asks only what taught the answer the "
+                                   "model now gives", min=0.0, max=1.0)
     require_significant: bool = _opt(True, "refuse to attribute when the delta's CI includes zero")
     bootstrap_samples: int = _opt(10000, "paired bootstrap resamples", min=100)
     confidence: float = _opt(0.95, "confidence level of the delta's interval", min=0.5, max=0.999)

@@ -432,7 +432,7 @@ def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: Cap
     def queried(chosen: Sequence[ScoredItem], whole_answer: Collection[str]) -> QueryGradients:
         return query_gradients(capture, loaded.tokenizer, chosen, prompts, signal_choice.effective,
                                max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size,
-                               whole_answer=whole_answer)
+                               whole_answer=whole_answer, generated_weight=config.evaluation.generated_weight)
 
     query = queried(items, signal_choice.whole_answer_items)
     if not canned:

@@ -19,6 +19,10 @@ made the failure more likely.
   is one many rows teach, its whole text only the rows that taught it.
 - margin: the first divergent token alone, not normalized: the gradient of log p(generated token) - log p(wanted
   token) at the divergence, the margin Kronfluence's measurements use.
+
+A paired signal's two terms are weighed by ``generated_weight`` w: 2 ((1 - w) wanted - w generated), so 0.5 weighs
+them equally and 1 keeps what taught the model the answer it now gives alone. Many clean rows lower the wanted token
+a little; fewer raise the generated one.
 """
 
 from __future__ import annotations
@@ -163,14 +167,17 @@ def answer_key(text: str | None) -> str:
 
 def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, items: Sequence[ScoredItem],
                     prompts: Mapping[str, Prompt], signal: str, *, max_seq_length: int, batch_size: int = 8,
-                    whole_answer: Collection[str] = ()) -> QueryGradients:
+                    whole_answer: Collection[str] = (), generated_weight: float = 0.5) -> QueryGradients:
     """Query vectors for eval items (ItemResult rows) under one of ``SIGNALS``.
 
     ``prompts`` maps an item id to its prompt messages (everything before the wanted answer); under divergent-token
-    the items in ``whole_answer`` are supervised from their divergence to the end of the answer.
+    the items in ``whole_answer`` are supervised from their divergence to the end of the answer. A paired signal
+    weighs its generated term by ``generated_weight`` and its wanted term by the rest (0.5: equally).
     """
     if signal not in SIGNALS:
         raise ValueError(f"signal must be one of {', '.join(SIGNALS)} after resolving auto, not {signal!r}")
+    if not 0.0 <= generated_weight <= 1.0:
+        raise ValueError(f"generated_weight must be between 0 and 1, not {generated_weight!r}")
     if not items:
         raise EvaluationError("there are no eval items to build a query from",
                               "the eval set has no item the fine-tuned model got worse on")
@@ -188,23 +195,30 @@ def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase
     if signal in ("divergence", "divergent-token", "margin"):
         first_only = [signal == "margin" or (signal == "divergent-token" and item.id not in whole_answer)
                       for item in items]
-        vectors = _divergence_vectors(capture, tokenizer, wanted_pairs, generated_pairs, max_seq_length, batch_size,
-                                      first_only=first_only, unit=signal != "margin")
+        wanted, generated = _divergence_terms(capture, tokenizer, wanted_pairs, generated_pairs, max_seq_length,
+                                              batch_size, first_only=first_only)
+        vectors = (_weighed(wanted, generated, generated_weight) if signal == "margin"
+                   else _weighed(_unit(wanted), _unit(generated), generated_weight))
         return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
     wanted = _gradients(capture, tokenizer, wanted_pairs, max_seq_length, batch_size)
     if signal == "classic":
         vectors = wanted
     else:
         generated = _gradients(capture, tokenizer, generated_pairs, max_seq_length, batch_size)
-        vectors = _unit(wanted) - _unit(generated)
+        vectors = _weighed(_unit(wanted), _unit(generated), generated_weight)
     return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
 
 
-def _divergence_vectors(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase,
-                        wanted_pairs: Sequence[tuple[Prompt, str]], generated_pairs: Sequence[tuple[Prompt, str]],
-                        max_seq_length: int, batch_size: int,
-                        *, first_only: Sequence[bool], unit: bool) -> np.ndarray:
-    """wanted minus generated, each supervised from the pair's divergence (that token alone where ``first_only``).
+def _weighed(wanted: np.ndarray, generated: np.ndarray, generated_weight: float) -> np.ndarray:
+    """2 ((1 - w) wanted - w generated): at w 0.5 the plain difference, so blame keeps its scale."""
+    return 2.0 * ((1.0 - generated_weight) * wanted - generated_weight * generated)
+
+
+def _divergence_terms(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase,
+                      wanted_pairs: Sequence[tuple[Prompt, str]], generated_pairs: Sequence[tuple[Prompt, str]],
+                      max_seq_length: int, batch_size: int,
+                      *, first_only: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
+    """Both terms' gradients, supervised from the pair's divergence (that token alone where ``first_only``).
 
     A pair that never diverges within the supervised tokens is contrasted whole, as the contrastive signal does.
     """
@@ -216,6 +230,5 @@ def _divergence_vectors(capture: GradientCapture, tokenizer: PreTrainedTokenizer
         pair = diverged(w, g, first_only=first)
         wanted.append(pair[0] if pair is not None else w)
         generated.append(pair[1] if pair is not None else g)
-    w_rows = _encoded_gradients(capture, tokenizer, wanted, batch_size)
-    g_rows = _encoded_gradients(capture, tokenizer, generated, batch_size)
-    return _unit(w_rows) - _unit(g_rows) if unit else w_rows - g_rows
+    return (_encoded_gradients(capture, tokenizer, wanted, batch_size),
+            _encoded_gradients(capture, tokenizer, generated, batch_size))
