@@ -59,12 +59,31 @@ def term_blames(final: Any, workdir: Path, whole_answer: set[str], final_only: b
     return np.asarray(sums[0]), np.asarray(sums[1])
 
 
+def scored_as_goal_table(document: dict[str, Any], item_ids: list[str], scenario: Any, truth: Any,
+                         blame_of: Any) -> dict[str, float]:
+    """recall@k / AUPRC as the goal table scores a report: each planted cluster in the cause accusing it, else (one
+    cause, or planted rows filed among clean ones) the report's own ranking, the highest standardized blame over two
+    or more accusing causes."""
+    from goal_table import score_by_cause
+
+    from gradian.attribution.causes import highest_standardized
+
+    causes = document.get("causes") or []
+    if len(causes) < 2 or scenario.planted_clusters:
+        return score_by_cause(document, item_ids, scenario, truth, blame_of)
+    blames = [blame_of([item_ids.index(item) for item in cause["items"]], list(cause["accused_clusters"]))
+              for cause in causes]
+    accusing = [blame for cause, blame in zip(causes, blames, strict=True) if cause["accused_clusters"]]
+    metrics = truth.score(highest_standardized(accusing) if len(accusing) >= 2 else blames[0])
+    return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
+
+
 def score_case(workdir: Path, base_model: str, final_only: bool) -> dict[str, Any]:
     """recall@k / AUPRC per beta on one case, and how closely beta 0.5 reproduces the report's blame."""
     from accuracy_methods import load_case
     from cluster_prior import shrunk
     from finished_cases import planted_case
-    from goal_table import case_scenario, report_item_blame, report_ranking, score_by_cause
+    from goal_table import case_scenario, report_item_blame, report_ranking
 
     from gradian.attribution.scoring import rescore_items
     from gradian.config import load_config
@@ -94,8 +113,8 @@ def score_case(workdir: Path, base_model: str, final_only: bool) -> dict[str, An
             return shrunk(np.asarray(scores.blame), sources, accused, prior, "accused") if prior else scores.blame
         return blame
 
-    row["betas"] = {beta: score_by_cause(document, item_ids, scenario, truth,
-                                         ranked((1 - float(beta)) * wanted - float(beta) * generated))
+    row["betas"] = {beta: scored_as_goal_table(document, item_ids, scenario, truth,
+                                               ranked((1 - float(beta)) * wanted - float(beta) * generated))
                     for beta in BETAS}
     _, report_items, report_matrix = report_item_blame(workdir / "report")
     shared = [item for item in item_ids if item in report_items]
