@@ -74,7 +74,8 @@ class EvaluationConfig:
     query_signal: str = _opt("auto", "query gradient",
                              choices=("classic", "contrastive", "divergence", "divergent-token", "margin", "auto"))
     # 0.75: +0.039 mean recall@k over the format and span tuning cases at the adapter alone, none more than a row
-    # lower, fact and two causes +0.025, by a rule written first (docs/accuracy.md, bench/results/query_terms_tuning.md)
+    # lower, fact and two causes +0.025, by a rule written first; held out 0.858 -> 0.875 over twelve cases
+    # (docs/accuracy.md, bench/results/query_terms_tuning.md, bench/results/query_terms.md)
     generated_weight: float = _opt(0.75, "a paired query's weight on the generated answer's term, the rest on the "
                                    "wanted answer's: 0.5 weighs them equally, 1 asks only what taught the answer the "
                                    "model now gives", min=0.0, max=1.0)
