@@ -131,3 +131,20 @@ def test_no_room_for_the_cache_is_an_error_with_a_hint_and_leaves_nothing(tiny_m
         module.kronecker_eigen(index, 1 << 20)
     assert "kronecker_wide diagonal" in refused.value.hint
     assert sorted(path.name for path in index.path.iterdir()) == before
+
+
+def test_a_fit_removes_the_partials_of_killed_fits_and_keeps_a_running_ones(tiny_model, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    index = build(tiny_model, tmp_path)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    killed = index.path / f"{module.CACHE_NAME}.{int(gone.stdout)}.abc123.partial"  # its process has exited
+    running = index.path / f"{module.CACHE_NAME}.{os.getpid()}.def456.partial"  # this process runs
+    unnamed = index.path / f"{module.CACHE_NAME}.xyz789.partial"  # written before partials named their process
+    for path in (killed, running, unnamed):
+        path.write_bytes(b"half a fit")
+    module.kronecker_eigen(index, 1 << 20)
+    assert not killed.exists() and running.exists() and unnamed.exists()

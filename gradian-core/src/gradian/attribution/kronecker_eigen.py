@@ -111,7 +111,9 @@ def kronecker_eigen(index: Index, chunk_bytes: int) -> KroneckerEigen:
     if cached is not None:
         return cached
     directory = index.path if os.access(index.path, os.W_OK) else None
-    handle, partial = tempfile.mkstemp(prefix=CACHE_NAME + ".", suffix=".partial", dir=directory)
+    if directory is not None:
+        _remove_dead_partials(directory)
+    handle, partial = tempfile.mkstemp(prefix=f"{CACHE_NAME}.{os.getpid()}.", suffix=".partial", dir=directory)
     os.close(handle)
     try:
         values = _allocated(Path(partial), sum(m.left.size + m.right.size for m in matrices))
@@ -131,6 +133,25 @@ def kronecker_eigen(index: Index, chunk_bytes: int) -> KroneckerEigen:
     finally:
         Path(partial).unlink(missing_ok=True)
     return KroneckerEigen(np.load(index.path / CACHE_NAME, mmap_mode="r", allow_pickle=False), matrices, record)
+
+
+def _remove_dead_partials(directory: Path) -> None:
+    """Remove the half-written fits of processes that no longer run (a SIGKILL skips the cleanup): 1.2 GB each."""
+    for path in directory.glob(f"{CACHE_NAME}.*.partial"):
+        pid = path.name.removeprefix(CACHE_NAME + ".").split(".")[0]
+        if pid.isdigit() and not _running(int(pid)):
+            path.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process with this id exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _allocated(path: Path, size: int) -> np.ndarray:
