@@ -33,16 +33,11 @@ def index_files(directory: Path) -> dict[str, bytes]:
     return files
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("extra", [(), ("--set", "grads.projection_dim=96")], ids=["exact", "projected"])
-def test_sigkill_then_resume_is_byte_identical(tmp_path, tiny_base_dir, tiny_adapter_dir, capsys, extra):
-    """A projected build also keeps the scales it measured before its first shard: resumed shards use the same."""
-    dataset = write_dataset(tmp_path / "train.jsonl", count=80)
-    killed = tmp_path / "killed"
-    partial = tmp_path / ".killed.partial"
+def stopped_mid_build(argv: list[str], partial: Path, signum: int, wait: float) -> tuple[int, str]:
+    """(exit code, stderr) of `gradian` run with ``argv`` in a subprocess, sent ``signum`` once its build finished a shard
+    (waiting at most ``wait`` seconds for it to end)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "gradian", *index_argv(tiny_base_dir, tiny_adapter_dir, dataset, killed, *extra)]
-    child = subprocess.Popen(argv,
+    child = subprocess.Popen([sys.executable, "-m", "gradian", *argv],
                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 180
@@ -50,13 +45,24 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, tiny_base_dir, tiny_ada
             assert child.poll() is None, child.stderr.read().decode()
             assert time.monotonic() < deadline, "the build never finished a shard"
             time.sleep(0.01)
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
+        child.send_signal(signum)
+        return child.wait(timeout=wait), child.stderr.read().decode()
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
         child.stderr.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [(), ("--set", "grads.projection_dim=96")], ids=["exact", "projected"])
+def test_sigkill_then_resume_is_byte_identical(tmp_path, tiny_base_dir, tiny_adapter_dir, capsys, extra):
+    """A projected build also keeps the scales it measured before its first shard: resumed shards use the same."""
+    dataset = write_dataset(tmp_path / "train.jsonl", count=80)
+    killed = tmp_path / "killed"
+    partial = tmp_path / ".killed.partial"
+    argv = index_argv(tiny_base_dir, tiny_adapter_dir, dataset, killed, *extra)
+    assert stopped_mid_build(argv, partial, signal.SIGKILL, wait=30)[0] == -signal.SIGKILL
     finished = sorted(p.name for p in partial.glob("shard-*.json"))
     assert 1 <= len(finished) < 40, finished  # killed mid-build
     assert not killed.exists()  # the index appears only when it is complete
@@ -79,23 +85,9 @@ def test_sigterm_ends_in_one_line_and_the_build_resumes(tmp_path, tiny_base_dir,
     dataset = write_dataset(tmp_path / "train.jsonl", count=80)
     out = tmp_path / "stopped"
     partial = tmp_path / ".stopped.partial"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-m", "gradian", *index_argv(tiny_base_dir, tiny_adapter_dir, dataset, out)],
-                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 180
-        while not (partial / "shard-00000.json").exists():
-            assert child.poll() is None, child.stderr.read().decode()
-            assert time.monotonic() < deadline, "the build never finished a shard"
-            time.sleep(0.01)
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=60) == 128 + signal.SIGTERM
-        stderr = child.stderr.read().decode()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stderr.close()
+    code, stderr = stopped_mid_build(index_argv(tiny_base_dir, tiny_adapter_dir, dataset, out), partial, signal.SIGTERM,
+                                     wait=60)
+    assert code == 128 + signal.SIGTERM
     assert stderr.strip().splitlines()[-1] == "gradian: error: interrupted; finished work is kept and the next run resumes from it"
     assert "Traceback" not in stderr
     kept = sorted(p.name for p in partial.glob("shard-*.json"))
