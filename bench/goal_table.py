@@ -87,6 +87,15 @@ def sentence_label(kind: str, settings: dict[str, Any]) -> str:
     return ", sentences blamed alone" if kind == "span" and settings.get("span_blame") == "alone" else ""
 
 
+def query_label(config: Mapping[str, Any]) -> str:
+    """", generated term weighed W" where the report's paired query (its config) weighed its terms apart, else "".
+
+    Reports written before ``evaluation.generated_weight`` existed lack it: their query is today's at 0.5.
+    """
+    weight = (config.get("evaluation") or {}).get("generated_weight", 0.5)
+    return f", generated term weighed {weight:g}" if weight != 0.5 else ""
+
+
 def wide_side_label(document: Mapping[str, Any]) -> str:
     """", kronecker wide side full" where the report (its report.json document) was scored with the full Kronecker
     fit, else ""."""
@@ -174,7 +183,8 @@ def score_case(directory: Path) -> dict[str, Any]:
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
         "checkpoints": settings.get("checkpoints", 1),  # absent: before the ensemble
         # a variant's rows are summed apart from the shipped defaults' in the goal rows
-        "ranking": "".join([ranking_label(settings), wide_side_label(report.document),
+        "ranking": "".join([ranking_label(settings), query_label(report.provenance.config),
+                            wide_side_label(report.document),
                             canned_lead_label(report.document), sentence_label(kind, settings)]),
         "span_hits": check.span_hits, "span_checked": check.span_checked, "verify": verify_summary(directory),
     }

@@ -17,6 +17,7 @@ Each checkpoint's index is built into the index cache and removed once scored (2
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import shutil
@@ -31,10 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 
 RESULTS = Path(__file__).resolve().parent / "results" / "query_terms"
 BETAS = ("0.0", "0.25", "0.5", "0.75", "1.0")
+SHIPPED_BETA = "0.75"  # evaluation.generated_weight's default
 
 
-def term_blames(final: Any, workdir: Path, whole_answer: set[str], final_only: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(Bw, Bg): each term's per-item blame [examples, items], summed over the scored points with their weights."""
+def term_blames(final: Any, workdir: Path, whole_answer: set[str], final_only: bool,
+                damping_ratios: tuple[float | None, ...] = (None,)) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per damping ratio (None: the case's), (Bw, Bg): each term's per-item blame [examples, items], summed over the
+    scored points with their weights."""
     from accuracy_methods import ensemble_points, preconditioned_blame, preconditioner
 
     from gradian.cache import index_cache_dir
@@ -47,16 +51,17 @@ def term_blames(final: Any, workdir: Path, whole_answer: set[str], final_only: b
     item_ids = [item.id for item in final.items]
     points = ([(True, 1.0, final)] if final_only else
               ((member.is_adapter, member.weight, case) for member, case in ensemble_points(final, workdir)))
-    sums = [0.0, 0.0]
+    sums = [[0.0, 0.0] for _ in damping_ratios]
     for is_adapter, weight, case in points:
-        pre = preconditioner(case, case.config.attribution.preconditioner)
         terms = _divergence_terms(case.capture, case.loaded.tokenizer, wanted, generated,
                                   case.config.grads.max_seq_length, case.config.grads.batch_size, first_only=first_only)
-        for term, rows in enumerate(terms):
-            sums[term] = sums[term] + weight * preconditioned_blame(case, pre.apply(_unit(rows)), item_ids)
+        for ratio, pair in zip(damping_ratios, sums, strict=True):
+            pre = preconditioner(case, case.config.attribution.preconditioner, ratio)
+            for term, rows in enumerate(terms):
+                pair[term] = pair[term] + weight * preconditioned_blame(case, pre.apply(_unit(rows)), item_ids)
         if not is_adapter and case.index.path.parent == index_cache_dir():  # 2 GB a checkpoint: one on disk at a time
             shutil.rmtree(case.index.path)
-    return np.asarray(sums[0]), np.asarray(sums[1])
+    return [(np.asarray(wanted_sum), np.asarray(generated_sum)) for wanted_sum, generated_sum in sums]
 
 
 def scored_as_goal_table(document: dict[str, Any], item_ids: list[str], scenario: Any, truth: Any,
@@ -78,8 +83,10 @@ def scored_as_goal_table(document: dict[str, Any], item_ids: list[str], scenario
     return {"recall_at_k": metrics["recall_at_k"], "auprc": metrics["auprc"]}
 
 
-def score_case(workdir: Path, base_model: str, final_only: bool) -> dict[str, Any]:
-    """recall@k / AUPRC per beta on one case, and how closely beta 0.5 reproduces the report's blame."""
+def score_case(workdir: Path, base_model: str, final_only: bool,
+               damping_ratios: tuple[float, ...] = ()) -> dict[str, Any]:
+    """recall@k / AUPRC per beta on one case (and per beta at each other damping ratio), and how closely beta 0.5
+    reproduces the report's blame."""
     from accuracy_methods import load_case
     from cluster_prior import shrunk
     from finished_cases import planted_case
@@ -99,7 +106,7 @@ def score_case(workdir: Path, base_model: str, final_only: bool) -> dict[str, An
     # wide side), so --final-only isolates the ensemble's own effect
     final = dataclasses.replace(load_case(workdir, base_model, config, report), scored_alone=False)
     whole_answer = set(document["query_signal"].get("whole_answer_items") or ())
-    wanted, generated = term_blames(final, workdir, whole_answer, final_only)
+    (wanted, generated), *damped = term_blames(final, workdir, whole_answer, final_only, (None, *damping_ratios))
     item_ids = [item.id for item in final.items]
     ids = [example.id for example in final.examples]
     settings = document["provenance"]["config"]["attribution"]
@@ -113,9 +120,15 @@ def score_case(workdir: Path, base_model: str, final_only: bool) -> dict[str, An
             return shrunk(np.asarray(scores.blame), sources, accused, prior, "accused") if prior else scores.blame
         return blame
 
-    row["betas"] = {beta: scored_as_goal_table(document, item_ids, scenario, truth,
-                                               ranked((1 - float(beta)) * wanted - float(beta) * generated))
-                    for beta in BETAS}
+    def by_beta(wanted: np.ndarray, generated: np.ndarray) -> dict[str, dict[str, float]]:
+        return {beta: scored_as_goal_table(document, item_ids, scenario, truth,
+                                           ranked((1 - float(beta)) * wanted - float(beta) * generated))
+                for beta in BETAS}
+
+    row["betas"] = by_beta(wanted, generated)
+    if damping_ratios:
+        row["shipped_damping"] = config.attribution.damping_ratio
+        row["damping"] = {f"{ratio:g}": by_beta(*pair) for ratio, pair in zip(damping_ratios, damped, strict=True)}
     _, report_items, report_matrix = report_item_blame(workdir / "report")
     shared = [item for item in item_ids if item in report_items]
     shipped = (wanted - generated)[:, [item_ids.index(item) for item in shared]]
@@ -149,7 +162,33 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
             lines.append(f"| **mean, {label}** | " + " | ".join(
                 f"**{np.mean([c['betas'][beta]['recall_at_k'] for c in members]):.3f} / "
                 f"{np.mean([c['betas'][beta]['auprc'] for c in members]):.2f}**" for beta in BETAS) + " | |")
+    damped = [case for case in scored if "damping" in case]
+    if damped:
+        lines += ["", *damping_table(damped)]
     return "\n".join(lines) + "\n"
+
+
+def damping_table(cases: list[dict[str, Any]]) -> list[str]:
+    """recall@k / AUPRC per Kronecker damping ratio at the shipped generated weight, and the mean at every beta."""
+    shipped = f"{cases[0]['shipped_damping']:g}"
+    ratios = sorted({shipped, *cases[0]["damping"]}, key=float)
+
+    def at(case: dict[str, Any], ratio: str) -> dict[str, dict[str, float]]:
+        return case["betas"] if ratio == shipped else case["damping"][ratio]
+
+    names = [f"{ratio} (shipped)" if ratio == shipped else ratio for ratio in ratios]
+    lines = [f"The Kronecker fit's damping ratio (lambda = ratio x the mean second moment) at beta {SHIPPED_BETA}, "
+             "the shipped generated weight; recall@k / AUPRC:", "",
+             "| case | " + " | ".join(f"ratio {name}" for name in names) + " |", "|---|" + "---|" * len(ratios)]
+    for case in cases:
+        lines.append(f"| {case['case']} | " + " | ".join(
+            f"{at(case, r)[SHIPPED_BETA]['recall_at_k']:.3f} / {at(case, r)[SHIPPED_BETA]['auprc']:.2f}"
+            for r in ratios) + " |")
+    for beta in BETAS:
+        lines.append(f"| **mean, beta {beta}** | " + " | ".join(
+            f"**{np.mean([at(c, r)[beta]['recall_at_k'] for c in cases]):.3f} / "
+            f"{np.mean([at(c, r)[beta]['auprc'] for c in cases]):.2f}**" for r in ratios) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,11 +197,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def options(parser: Any) -> None:
         parser.add_argument("--final-only", action="store_true", help="score at the adapter alone, no checkpoints")
+        parser.add_argument("--damping-ratios", type=float, nargs="*", default=[],
+                            help="score again at these Kronecker damping ratios (the config's is always scored)")
 
-    final_only = "--final-only" in (argv if argv is not None else sys.argv[1:])
+    own = argparse.ArgumentParser(add_help=False)
+    options(own)
+    chosen, _ = own.parse_known_args(argv if argv is not None else sys.argv[1:])
     return indexed_case_main("query_terms", __doc__.splitlines()[0], RESULTS, argv,
-                             lambda workdir, base_model: score_case(workdir, base_model, final_only), markdown,
-                             options)
+                             lambda workdir, base_model: score_case(workdir, base_model, chosen.final_only,
+                                                                    tuple(chosen.damping_ratios)),
+                             markdown, options)
 
 
 if __name__ == "__main__":

@@ -666,6 +666,13 @@ def test_a_report_refused_before_scoring_has_no_fit_to_label():
         ", kronecker wide side full")
 
 
+def test_a_report_whose_query_weighed_its_terms_apart_gets_rows_of_its_own():
+    goal = bench_module("goal_table")
+    assert goal.query_label({"evaluation": {}}) == ""  # written before the key: the query at 0.5
+    assert goal.query_label({"evaluation": {"generated_weight": 0.5}}) == ""
+    assert goal.query_label({"evaluation": {"generated_weight": 0.75}}) == ", generated term weighed 0.75"
+
+
 @pytest.mark.slow
 def test_the_bench_fits_each_point_of_a_checkpoint_ensemble_as_attribute_does(cases, tiny_base_dir, tmp_path,
                                                                               monkeypatch):
