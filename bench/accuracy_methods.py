@@ -134,19 +134,26 @@ def query(case: Case, signal: str, items: Sequence[Any] | None = None) -> np.nda
     return result.vectors
 
 
-def preconditioner(case: Case, kind: str, damping_ratio: float | None = None) -> Any:
-    """A fitted preconditioner of ``kind`` from the index statistics (adam from the run's optimizer state), damped
-    by ``damping_ratio`` where given, else by the case's config."""
+def preconditioner(case: Case, kind: str) -> Any:
+    """A fitted preconditioner of ``kind`` from the index statistics (adam from the run's optimizer state)."""
+    [fitted] = damped_preconditioners(case, kind, (None,))
+    return fitted
+
+
+def damped_preconditioners(case: Case, kind: str, damping_ratios: Sequence[float | None]) -> list[Any]:
+    """One preconditioner of ``kind`` per damping ratio (None: the case's), the index statistics read once."""
     from gradian.attribution.adam_state import adam_second_moment
     from gradian.attribution.index_statistics import index_statistics
     from gradian.attribution.preconditioners import from_config
 
     attribution = dataclasses.replace(case.config.attribution, preconditioner=kind)
-    if damping_ratio is not None:
-        attribution = dataclasses.replace(attribution, damping_ratio=damping_ratio)
     adam = adam_second_moment(case.run_dir, case.capture) if kind == "adam" else None
-    return from_config(attribution, index_statistics(case.index, kind, chunk_bytes=attribution.chunk_bytes),
-                       adam_exp_avg_sq=adam, scored_alone=case.scored_alone)
+    stats = index_statistics(case.index, kind, chunk_bytes=attribution.chunk_bytes)
+    if len(damping_ratios) > 1 and stats.sample_moments is not None:  # the kronecker sample's moments: one pass
+        moments = stats.sample_moments()
+        stats = dataclasses.replace(stats, sample_moments=lambda: moments)
+    return [from_config(attribution if ratio is None else dataclasses.replace(attribution, damping_ratio=ratio), stats,
+                        adam_exp_avg_sq=adam, scored_alone=case.scored_alone) for ratio in damping_ratios]
 
 
 def item_blame(case: Case, signal: str) -> np.ndarray:

@@ -748,10 +748,12 @@ def test_the_query_terms_table_splits_the_shipped_query_into_its_two_terms(cases
         item.update(base_output=f"The answer is {item['wanted']}.", finetuned_output="The answer is unknown.")
     report_json.write_text(json.dumps(written))
     out = tmp_path / "query_terms"
-    assert query_terms.main(["--final-only", "--cases", str(split), "tiny-fact-4", "--base-model", str(tiny_base_dir),
-                             "--out", str(out)]) == 0
+    assert query_terms.main(["--final-only", "--damping-ratios", "1", "--cases", str(split), "tiny-fact-4",
+                             "--base-model", str(tiny_base_dir), "--out", str(out)]) == 0
     row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
     assert list(row["betas"]) == list(query_terms.BETAS) and row["final_only"] is True
+    assert list(row["damping"]) == ["1"] and list(row["damping"]["1"]) == list(query_terms.BETAS)
+    assert "ratio 0.1 (shipped)" in out.with_suffix(".md").read_text()
     assert all(0.0 <= m["recall_at_k"] <= 1.0 and 0.0 <= m["auprc"] <= 1.0 for m in row["betas"].values())
     # the wanted term less the generated one is the product's divergent-token blame (generated_weight 0.5)
     from accuracy_methods import item_blame, load_case
@@ -762,7 +764,12 @@ def test_the_query_terms_table_splits_the_shipped_query_into_its_two_terms(cases
     workdir = split / "tiny-fact-4"
     final = dataclasses.replace(load_case(workdir, str(tiny_base_dir), load_config(workdir / "config.yaml"),
                                           read_report(workdir / "report")), scored_alone=False)
-    wanted, generated = query_terms.term_blames(final, workdir, set(), final_only=True)
+    (wanted, generated), same, damped = query_terms.term_blames(final, workdir, set(), final_only=True,
+                                                                damping_ratios=(None, 0.1, 1.0))
     shipped = item_blame(final, "divergent-token")
+    # every ratio's terms share one pass over the index: the config's ratio named gives the same blame, another not
+    np.testing.assert_array_equal(same[0], wanted)
+    np.testing.assert_array_equal(same[1], generated)
+    assert not np.allclose(damped[1], generated)
     assert wanted.shape == shipped.shape and not np.allclose(wanted, 0) and not np.allclose(generated, 0)
     np.testing.assert_allclose(wanted - generated, shipped, rtol=1e-4, atol=1e-6 * float(np.abs(shipped).max()))

@@ -12,6 +12,7 @@ from gradian.config import EvaluationConfig, load_config
 from gradian.demo.run import check_ground_truth, demo_config, run_demo
 from gradian.demo.scenarios import SCENARIOS, make_scenario
 from gradian.errors import ModelError
+from gradian.report.json_report import next_step
 
 
 @pytest.mark.slow
@@ -27,6 +28,9 @@ def test_demo_cli_runs_every_stage_then_reuses_them(tiny_base_dir, tmp_path, cap
     report = json.loads((workdir / "report" / "report.json").read_text())
     assert report["capability"]["n_items"] == 40
     assert report["verdict"]["headline"] in out
+    # what to run next is the same paragraph `gradian attribute` prints, naming the demo's report dir
+    step = next_step(report, workdir / "report").replace("`", "")
+    assert (step in out) if step else ("Next:" not in out)
 
     assert main(argv) == 0  # the same inputs: nothing is trained or attributed again
     again = capsys.readouterr().out

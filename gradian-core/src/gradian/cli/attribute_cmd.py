@@ -25,6 +25,8 @@ from gradian.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from gradian.report.reader import Report
 
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report directory (report.md, report.html, report.json, scores.csv, plots).")]
@@ -95,7 +97,6 @@ def attribute(
 def print_outcome(outcome: Any, fmt: str) -> None:
     """The result on stdout in ``fmt`` (json: report.json, md: report.md); timings and file names on stderr."""
     from gradian.cli.output import is_quiet, note
-    from gradian.report.json_report import next_step
     from gradian.report.reader import REPORT_FILE
 
     stages = "stages: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in outcome.timings.items())
@@ -105,15 +106,22 @@ def print_outcome(outcome: Any, fmt: str) -> None:
         typer.echo((outcome.out_dir / "report.md").read_text(encoding="utf-8"), nl=False)
     else:
         typer.echo(verdict_text(outcome.parsed))
-        step = next_step(outcome.parsed.document, outcome.out_dir)
-        if step:
-            typer.echo(step.replace("`", ""))
+        echo_next_step(outcome.parsed.document, outcome.out_dir)
         if not is_quiet():
             typer.echo(stages)
         typer.echo(f"report: {outcome.out_dir / 'report.md'} (also report.html; every score in scores.csv)")
         return
     note(stages)
     note(f"report: {outcome.out_dir / 'report.md'}")
+
+
+def echo_next_step(document: Mapping[str, Any], directory: Path) -> None:
+    """Print the report's next step (what to run to check it) for a terminal, if it has one."""
+    from gradian.report.json_report import next_step
+
+    step = next_step(document, directory)
+    if step:
+        typer.echo(step.replace("`", ""))
 
 
 def verdict_text(report: Report) -> str:

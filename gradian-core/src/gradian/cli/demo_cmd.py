@@ -34,7 +34,7 @@ def demo(
     """Run the whole workflow on a planted regression: train -> diagnose -> attribute -> verdict (CPU, minutes)."""
     import contextlib
 
-    from gradian.cli.attribute_cmd import verdict_text
+    from gradian.cli.attribute_cmd import echo_next_step, verdict_text
     from gradian.cli.output import libraries_quiet, note, print_result
     from gradian.cli.output import output_format as check_format
     from gradian.cli.progress import stage_bars
@@ -77,9 +77,7 @@ def demo(
         typer.echo("attribute stages: " + ", ".join(f"{name} {seconds:.0f} s"
                                                      for name, seconds in result.attribution_timings.items()))
     typer.echo(f"report: {result.report_path}")
-    if result.report.attributed:
-        report_dir = result.report_path.parent
-        typer.echo(f"check it (retrains twice): gradian verify --report {report_dir} --out {report_dir.parent / 'verify'}")
+    echo_next_step(result.report.document, result.report_path.parent)
 
 
 def register(app: typer.Typer) -> None:
