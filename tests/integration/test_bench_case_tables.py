@@ -85,9 +85,10 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
     assert row["kind"] == "fact" and row["seed"] == 4 and row["held_out"]
     assert 0.0 <= row["recall_at_k"] <= 1.0 and row["planted_clusters"] == ["trivia_import"]
     # the shipped attribution.ranking and attribution.canned_replies, read from the report's provenance, and the
-    # full Kronecker fit its one point took (kronecker_wide auto: the demo scores the adapter alone)
-    assert row["ranking"] == ("smooth_max, kurtosis-weighted items, canned replies, cluster prior 1, kronecker wide side "
-                              "full")
+    # full Kronecker fit its one point took (kronecker_wide auto: the demo scores the adapter alone), and the
+    # shipped evaluation.generated_weight
+    assert row["ranking"] == ("smooth_max, kurtosis-weighted items, canned replies, cluster prior 1, generated term "
+                              "weighed 0.75, kronecker wide side full")
     assert "| fact | 1 |" in out.with_suffix(".md").read_text()
     _carried_once_gone(goal_table, row, tmp_path / "elsewhere", out)
     _kept_when_asked(goal_table, cases, out)  # and an unknown case is refused:
