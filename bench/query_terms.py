@@ -9,6 +9,8 @@ ranked as the case's report ranks (ranking, item weights, cluster prior) within 
 table scores them (``goal_table.score_by_cause``). With the full ensemble, ``shipped_corr`` is the correlation of
 Bw - Bg with the report's own per-item blame (scores.csv): 1.0 when the rescoring reproduces the product.
 Each checkpoint's index is built into the index cache and removed once scored (2.2 GB a point at 400 rows).
+``--damping-ratios`` scores the same terms again under Kronecker fits damped by other ratios (the sample's moments
+fitted once, every ratio's queries in the same pass over the index) and adds their table at the shipped beta.
 
     .venv/bin/python bench/query_terms.py --final-only --out bench/results/query_terms_tuning \\
         --cases /work/bench-cases shared-lr5e4-format-1 kurt-lr5e4-span-7
