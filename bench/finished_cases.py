@@ -230,6 +230,16 @@ def indexed_case_main(tool: str, description: str, results: Path, argv: list[str
                       markdown: Callable[[list[dict[str, Any]], str], str],
                       add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
                       amend: Callable[[list[dict[str, Any]], argparse.Namespace], None] | None = None) -> int:
+    """``indexed_main`` for a table whose scoring needs only the case and its --base-model."""
+    return indexed_main(tool, description, results, argv, lambda case, args: score(case, args.base_model), markdown,
+                        add_arguments, amend)
+
+
+def indexed_main(tool: str, description: str, results: Path, argv: list[str] | None,
+                 score: Callable[[Path, argparse.Namespace], dict[str, Any]],
+                 markdown: Callable[[list[dict[str, Any]], str], str],
+                 add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                 amend: Callable[[list[dict[str, Any]], argparse.Namespace], None] | None = None) -> int:
     """``carrying_main`` for a table that loads each case's index and model: --base-model; finished = indexed."""
     def options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--base-model", default="smollm2-135m-instruct")
@@ -237,4 +247,4 @@ def indexed_case_main(tool: str, description: str, results: Path, argv: list[str
             add_arguments(parser)
 
     return carrying_main(tool, description, results, argv, lambda case: (case / "index" / "manifest.json").is_file(),
-                         lambda case, args: score(case, args.base_model), markdown, options, amend)
+                         score, markdown, options, amend)

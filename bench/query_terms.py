@@ -19,7 +19,6 @@ fitted once, every ratio's queries in the same pass over the index) and adds the
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import shutil
@@ -34,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 
 RESULTS = Path(__file__).resolve().parent / "results" / "query_terms"
 BETAS = ("0.0", "0.25", "0.5", "0.75", "1.0")
-SHIPPED_BETA = "0.75"  # evaluation.generated_weight's default
 
 
 def term_blames(final: Any, workdir: Path, whole_answer: set[str], final_only: bool,
@@ -133,6 +131,7 @@ def score_case(workdir: Path, base_model: str, final_only: bool,
     row["betas"] = by_beta(wanted, generated)
     if damping_ratios:
         row["shipped_damping"] = config.attribution.damping_ratio
+        row["shipped_beta"] = f"{config.evaluation.generated_weight:g}"  # the generated weight the case runs with
         row["damping"] = {f"{ratio:g}": by_beta(*pair) for ratio, pair in zip(damping_ratios, damped, strict=True)}
     _, report_items, report_matrix = report_item_blame(workdir / "report")
     shared = [item for item in item_ids if item in report_items]
@@ -175,19 +174,19 @@ def markdown(cases: list[dict[str, Any]], command: str) -> str:
 
 def damping_table(cases: list[dict[str, Any]]) -> list[str]:
     """recall@k / AUPRC per Kronecker damping ratio at the shipped generated weight, and the mean at every beta."""
-    shipped = f"{cases[0]['shipped_damping']:g}"
+    shipped, beta_shipped = f"{cases[0]['shipped_damping']:g}", cases[0]["shipped_beta"]
     ratios = sorted({shipped, *cases[0]["damping"]}, key=float)
 
     def at(case: dict[str, Any], ratio: str) -> dict[str, dict[str, float]]:
         return case["betas"] if ratio == shipped else case["damping"][ratio]
 
     names = [f"{ratio} (shipped)" if ratio == shipped else ratio for ratio in ratios]
-    lines = [f"The Kronecker fit's damping ratio (lambda = ratio x the mean second moment) at beta {SHIPPED_BETA}, "
+    lines = [f"The Kronecker fit's damping ratio (lambda = ratio x the mean second moment) at beta {beta_shipped}, "
              "the shipped generated weight; recall@k / AUPRC:", "",
              "| case | " + " | ".join(f"ratio {name}" for name in names) + " |", "|---|" + "---|" * len(ratios)]
     for case in cases:
         lines.append(f"| {case['case']} | " + " | ".join(
-            f"{at(case, r)[SHIPPED_BETA]['recall_at_k']:.3f} / {at(case, r)[SHIPPED_BETA]['auprc']:.2f}"
+            f"{at(case, r)[beta_shipped]['recall_at_k']:.3f} / {at(case, r)[beta_shipped]['auprc']:.2f}"
             for r in ratios) + " |")
     for beta in BETAS:
         lines.append(f"| **mean, beta {beta}** | " + " | ".join(
@@ -198,20 +197,17 @@ def damping_table(cases: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Score each named case and write bench/results/query_terms.json and .md (or --out)."""
-    from finished_cases import indexed_case_main
+    from finished_cases import indexed_main
 
     def options(parser: Any) -> None:
         parser.add_argument("--final-only", action="store_true", help="score at the adapter alone, no checkpoints")
         parser.add_argument("--damping-ratios", type=float, nargs="*", default=[],
                             help="score again at these Kronecker damping ratios (the config's is always scored)")
 
-    own = argparse.ArgumentParser(add_help=False)
-    options(own)
-    chosen, _ = own.parse_known_args(argv if argv is not None else sys.argv[1:])
-    return indexed_case_main("query_terms", __doc__.splitlines()[0], RESULTS, argv,
-                             lambda workdir, base_model: score_case(workdir, base_model, chosen.final_only,
-                                                                    tuple(chosen.damping_ratios)),
-                             markdown, options)
+    return indexed_main("query_terms", __doc__.splitlines()[0], RESULTS, argv,
+                        lambda workdir, args: score_case(workdir, args.base_model, args.final_only,
+                                                         tuple(args.damping_ratios)),
+                        markdown, options)
 
 
 if __name__ == "__main__":
