@@ -774,3 +774,22 @@ def test_the_query_terms_table_splits_the_shipped_query_into_its_two_terms(cases
     assert not np.allclose(damped[1], generated)
     assert wanted.shape == shipped.shape and not np.allclose(wanted, 0) and not np.allclose(generated, 0)
     np.testing.assert_allclose(wanted - generated, shipped, rtol=1e-4, atol=1e-6 * float(np.abs(shipped).max()))
+
+
+@pytest.mark.slow
+def test_the_query_weight_bench_re_attributes_the_case_at_each_weight_once(cases, tmp_path):
+    bench = bench_module("query_weight_clusters")
+    out, workdir = tmp_path / "weights", tmp_path / "runs"
+    arguments = ["--cases", str(cases), "tiny-fact-4", "--weights", "0.5", "--workdir", str(workdir), "--out", str(out)]
+    assert bench.main(arguments) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert [w["weight"] for w in row["weights"]] == [0.5, 0.75]  # the re-attribution, then the case's own report
+    assert all(w["attributed"] and w["strongest"] for w in row["weights"])
+    report = workdir / "tiny-fact-4-w0.5" / "report" / "report.json"
+    written = json.loads(report.read_text())
+    assert written["provenance"]["config"]["evaluation"]["generated_weight"] == 0.5
+    assert written["provenance"]["index_id"] == json.loads(
+        (cases / "tiny-fact-4" / "report" / "report.json").read_text())["provenance"]["index_id"]  # the case's index
+    first = report.stat().st_mtime_ns
+    assert bench.main(arguments) == 0 and report.stat().st_mtime_ns == first  # reused, not run again
+    assert "| tiny-fact-4 | " in out.with_suffix(".md").read_text()
