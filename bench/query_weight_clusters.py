@@ -60,6 +60,7 @@ def score(case: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cell(row: dict[str, Any]) -> str:
+    """One weight's cell: the named cluster's z / p, the strongest cluster, and what is accused."""
     if not row["attributed"]:
         return "not attributed"
     accused = ", ".join(f"`{name}`" for name in row["accused"]) or "nothing"
