@@ -12,7 +12,6 @@ controls, where anything accused is wrong.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import subprocess
 import sys
@@ -28,10 +27,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "query_weight_clusters"
 
 def reattributed(case: Path, weight: float, workdir: Path) -> Path:
     """The report of ``case`` attributed again at ``weight`` (run once; its dir under ``workdir``)."""
+    from gradian.report.reader import read_report
+
     out = workdir / f"{case.name}-w{weight:g}" / "report"
     if not (out / "report.json").is_file():
-        recorded = json.loads((case / "report" / "report.json").read_text())["provenance"]["command"]
-        arguments = shlex.split(recorded)
+        arguments = shlex.split(read_report(case / "report").provenance.command)
         at = arguments.index("--out")
         arguments[at + 1] = str(out)
         subprocess.run([sys.executable, "-m", "gradian", *arguments[1:], "--set",  # past "gradian"
@@ -41,15 +41,16 @@ def reattributed(case: Path, weight: float, workdir: Path) -> Path:
 
 def cluster_row(report: Path, cluster: str) -> dict[str, Any]:
     """What one report's cluster test says: accused, the strongest cluster, and ``cluster``'s z and p."""
-    document = json.loads((report / "report.json").read_text())
-    weight = document["provenance"]["config"]["evaluation"]["generated_weight"]
-    if not document["clusters"]:  # not attributed: the delta was not significant
+    from gradian.report.reader import read_report
+
+    read = read_report(report)
+    weight = read.provenance.config["evaluation"]["generated_weight"]
+    if not read.clusters:  # not attributed: the delta was not significant
         return {"weight": weight, "attributed": False}
-    ranked = document["clusters"]["ranked"]
-    named = next((c for c in ranked if c["name"] == cluster), None)
-    return {"weight": weight, "attributed": True, "accused": document["clusters"]["accused_all"],
-            "strongest": ranked[0]["name"], "strongest_p": ranked[0]["p_adjusted"],
-            "z": named["z"] if named else None, "p": named["p_adjusted"] if named else None}
+    strongest, named = read.clusters[0], read.cluster(cluster)
+    return {"weight": weight, "attributed": True, "accused": list(read.accused_names),
+            "strongest": strongest.name, "strongest_p": strongest.p_adjusted,
+            "z": named.z if named else None, "p": named.p_adjusted if named else None}
 
 
 def score(case: Path, args: argparse.Namespace) -> dict[str, Any]:
