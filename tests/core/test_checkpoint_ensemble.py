@@ -267,3 +267,55 @@ def test_a_canned_reply_that_is_no_cause_of_its_own_changes_no_number(trained, t
     assert canned["method"]["query_items"] == ids
     np.testing.assert_array_equal(_item_blame(tmp_path / "canned", ids), _item_blame(tmp_path / "plain", ids))
     assert canned["top_examples"] == plain["top_examples"]
+
+
+def test_the_accusation_weight_tests_as_a_run_at_it_and_ranks_as_a_run_at_the_generated_weight(trained,
+                                                                                                 tiny_base_dir,
+                                                                                                 tmp_path):
+    """evaluation.accusation_weight: one scoring pass takes every query at both generated weights; the clusters and
+    causes are those of a run at the accusation weight, every example's per-item blame that of a run at the
+    ranking weight, at every member of the ensemble, with the base point, and with a canned reply tried."""
+    from types import SimpleNamespace
+
+    from gradian.query.signals import shared_answers
+
+    evals = write_eval(tmp_path / "eval.jsonl", n=8)
+    lines = evals.read_text().splitlines()
+    evals.write_text("\n".join([*lines, lines[3]]) + "\n")  # asked twice: a reply given word for word
+    run = ("--eval-dataset", str(evals), "--set", "attribution.checkpoints=2", "--set", "attribution.base_point=0.5")
+    tested = _attribute(trained, tiny_base_dir, tmp_path / "half", trained["adapter"], *run,
+                        "--set", "evaluation.generated_weight=0.5")
+    ranked = _attribute(trained, tiny_base_dir, tmp_path / "ranked", trained["adapter"], *run,
+                        "--set", "evaluation.generated_weight=0.75")
+    both = _attribute(trained, tiny_base_dir, tmp_path / "both", trained["adapter"], *run,
+                      "--set", "evaluation.generated_weight=0.75", "--set", "evaluation.accusation_weight=0.5")
+    def tests(report: dict) -> list[dict]:  # each cause as its cluster tests left it, not its ranking
+        return [{key: value for key, value in cause.items() if key not in ("top_examples", "cluster_prior")}
+                for cause in report["causes"]]
+
+    # equal up to float rounding: a GEMM over twice the query columns sums in another order
+    assert _rounded(both["clusters"]) == _rounded(tested["clusters"])
+    assert _rounded(tests(both)) == _rounded(tests(tested))
+    assert both["verdict"]["accused_cluster"] == tested["verdict"]["accused_cluster"]
+    items = [SimpleNamespace(**item) for item in both["capability"]["items"]]
+    assert shared_answers([item for item in items if item.regressed] or items)  # the reply was tried at both weights
+    ids = ranked["method"]["query_items"]
+    assert both["method"]["query_items"] == ids
+    np.testing.assert_allclose(_item_blame(tmp_path / "both", ids), _item_blame(tmp_path / "ranked", ids), rtol=1e-6)
+    assert not np.allclose(_item_blame(tmp_path / "both", ids), _item_blame(tmp_path / "half", ids), rtol=1e-3)
+    if not any(cause["accused_clusters"] for report in (tested, ranked) for cause in report["causes"]):  # no prior
+        assert [row["id"] for row in both["top_examples"]] == [row["id"] for row in ranked["top_examples"]]
+    assert both["method"]["clusters"]["generated_weight"] == 0.5
+    assert "generated_weight" not in ranked["method"]["clusters"]
+    assert "queries weighing the generated answer 0.5" in (tmp_path / "both" / "report.md").read_text()
+
+
+def _rounded(value):
+    """A report section with every float to 6 significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value

@@ -103,14 +103,16 @@ class CauseSplit:
         """The cause the report leads with."""
         return self.causes[0]
 
-    def ranked(self, item_blame: np.ndarray, item_ids: Sequence[str], config: AttributionConfig) -> CauseSplit:
+    def ranked(self, item_blame: np.ndarray, item_ids: Sequence[str], config: AttributionConfig, *,
+               other_blame: bool = False) -> CauseSplit:
         """Each cause's examples ranked by ``attribution.ranking`` over its own items, its accused clusters' members
-        lifted by ``attribution.cluster_prior``; what it accuses unchanged."""
+        lifted by ``attribution.cluster_prior``; what it accuses unchanged. ``other_blame``: ``item_blame`` is not
+        the blame the causes were tested on (queries of another generated weight)."""
         position = {item: column for column, item in enumerate(item_ids)}
 
         def ranking(cause: Cause) -> ExampleScores:
             columns = [position[item] for item in cause.item_ids]
-            scores = ranked_with_config(item_blame, cause.scores, columns, config)
+            scores = ranked_with_config(item_blame, cause.scores, columns, config, other_blame=other_blame)
             return with_cluster_prior(scores, item_blame, columns, cause.clusters.assignment,
                                       [score.name for score in cause.clusters.accused_all], config.cluster_prior)
 

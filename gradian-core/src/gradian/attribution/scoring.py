@@ -185,10 +185,11 @@ def score_with_config(source: ChunkSource, queries: np.ndarray, config: Attribut
 
 
 def ranked_with_config(item_blame: np.ndarray, scores: ExampleScores, columns: Sequence[int],
-                       config: AttributionConfig) -> ExampleScores:
+                       config: AttributionConfig, *, other_blame: bool = False) -> ExampleScores:
     """``scores`` ranked again by ``attribution.ranking``, from the held blame of its items (``columns`` of
-    ``item_blame``): the report's ranking, while clusters and causes keep the blame of ``attribution.aggregation``."""
-    if config.ranking == scores.aggregation and config.item_weights == "uniform":
+    ``item_blame``): the report's ranking, while clusters and causes keep the blame of ``attribution.aggregation``.
+    ``other_blame``: ``item_blame`` is not what ``scores`` was aggregated from, so it is ranked again in any case."""
+    if config.ranking == scores.aggregation and config.item_weights == "uniform" and not other_blame:
         return scores
     picked = np.asarray(item_blame, dtype=np.float64)[:, list(columns)]
     ranked = rescore_items(picked, scores.ids, scores.item_ids, range(len(scores.item_ids)),

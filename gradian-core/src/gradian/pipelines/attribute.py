@@ -56,8 +56,8 @@ from gradian.model.loaded import LoadedModel, check_unsloth_absent, require_adap
 from gradian.model.placement import Placement, resolve_placement
 from gradian.model.quantized import training_base_note
 from gradian.pipelines.span_drill import PointQueries, ScoredPoint, span_drills
-from gradian.query import query_gradients
-from gradian.query.signals import shared_answers
+from gradian.query import query_terms
+from gradian.query.signals import PAIRED, shared_answers
 from gradian.report import (
     Provenance,
     ReportFiles,
@@ -74,7 +74,7 @@ from gradian.runs.training_format import run_dir_of_adapter
 
 if TYPE_CHECKING:
     from gradian.grads.capture import GradientCapture
-    from gradian.query.signals import QueryGradients, ScoredItem
+    from gradian.query.signals import QueryTerms, ScoredItem
 
 # stage name -> a (done, total) progress callback, or None for no progress display
 ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
@@ -160,9 +160,11 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         check_index_dir_matches(index_dir, loaded, examples, config)
     capability = None
     canned: tuple[str, ...] = ()
+    weights = (config.evaluation.generated_weight,)  # the queries' generated weights: the ranking's[, the accusation's]
     if eval_items is not None:
         capability = _evaluate(loaded, eval_items, config, stages)
         canned = _canned_reply(signal_choice, capability, config)
+        weights = _query_weights(config, signal_choice)
         if config.evaluation.require_significant and not capability.significant_regression:
             return _refuse(capability, config, out, stages, command, warnings=_model_warnings(loaded))
     ensemble_plan = plan_ensemble(config.attribution.checkpoints, _run_dir(run, loaded), loaded.adapter_dir,
@@ -182,7 +184,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         capture = GradientCapture.for_index(loaded, config.grads, index)  # queries scaled as the rows were
         if capability is not None:
             queries, item_ids = _eval_queries(capture, loaded, capability, eval_items, config, signal_choice,
-                                              canned=canned)
+                                              canned=canned, weights=weights)
         else:
             queries, item_ids = _fallback_queries(index, examples, config)
     with stages.stage("score"):
@@ -201,7 +203,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         with stages.stage("checkpoints") as tick:
             def score_member(view: LoadedModel) -> tuple[np.ndarray, str, _MemberState]:
                 return _member_blame(view, examples, config, capability, eval_items, signal_choice, item_ids,
-                                     canned=canned, progress=tick, say=say)
+                                     canned=canned, weights=weights, progress=tick, say=say)
 
             ensemble = score_checkpoints(ensemble_plan, loaded, blame_matrix, index.index_id, score_member,
                                          allow_pickle=allow_pickle)
@@ -212,45 +214,53 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     if config.attribution.base_point > 0:
         with stages.stage("base point") as tick, base_point_weights(loaded) as view:
             base_blame, base_index_id, _ = _member_blame(view, examples, config, capability, eval_items,
-                                                         signal_choice, item_ids, canned=canned, progress=tick,
-                                                         say=say)
-        blame_matrix = with_base_point(blame_matrix, base_blame, config.attribution.base_point)
+                                                         signal_choice, item_ids, canned=canned, weights=weights,
+                                                         progress=tick, say=say)
+        blame_matrix = np.concatenate([  # each weight's columns on their own scale, as when it is the only one
+            with_base_point(blame, base, config.attribution.base_point)
+            for blame, base in zip(np.split(np.asarray(blame_matrix), len(weights), axis=1),
+                                   np.split(np.asarray(base_blame), len(weights), axis=1), strict=True)], axis=1)
         scores = _rescored(blame_matrix, scores, item_ids, config)
         base_point = base_point_record(config.attribution.base_point, base_index_id)
-    reply = None
+    ranked = _Columns(np.asarray(blame_matrix), preconditioned, np.asarray(queries), tuple(item_ids))
+    tested = ranked  # the columns the clusters and causes are tested on: the ranking's, or the accusation weight's
+    if len(weights) > 1:
+        ranked, tested = ranked.by_weight()
+    reply = tested_reply = None
     if canned:  # the reply's whole-answer columns set apart: only a canned cause of its own is scored on them
-        reply = _WholeReply.set_apart(blame_matrix, preconditioned, item_ids, canned)
-        blame_matrix, preconditioned, item_ids = reply.blame[:, :reply.n], preconditioned[:reply.n], item_ids[:reply.n]
-        queries = np.asarray(queries)[:reply.n]
-        scores = _rescored(blame_matrix, scores, item_ids, config)
+        reply, ranked = ranked.set_apart(canned)
+        tested_reply, tested = (reply, ranked) if len(weights) == 1 else tested.set_apart(canned)
+    if canned or len(weights) > 1:
+        scores = _rescored(ranked.blame, scores, ranked.item_ids, config)
+    tested_scores = _rescored(tested.blame, scores, tested.item_ids, config) if len(weights) > 1 else scores
     with stages.stage("clusters"):
         assignment = assign_clusters(config.attribution, examples, index)  # once: every cause is tested on it
-        clusters = cluster_blame(np.asarray(scores.blame), assignment, permutations=config.attribution.permutations,
-                                 seed=config.attribution.seed)
+        clusters = cluster_blame(np.asarray(tested_scores.blame), assignment,
+                                 permutations=config.attribution.permutations, seed=config.attribution.seed)
         causes = None
         if capability is not None:  # regressed items can have several causes; stand-in training targets cannot
-            whole_blame = reply.whole_blame() if reply is not None else None
-            causes = find_causes(blame_matrix, scores.ids, item_ids, preconditioned @ np.asarray(queries).T,
-                                 assignment, config.attribution, scores, clusters, canned=canned,
-                                 canned_blame=whole_blame)
+            causes = find_causes(tested.blame, tested_scores.ids, tested.item_ids, tested.gram(), assignment,
+                                 config.attribution, tested_scores, clusters, canned=canned,
+                                 canned_blame=tested_reply.whole_blame() if tested_reply is not None else None)
             if reply is not None and any(cause.canned for cause in causes.causes):
-                blame_matrix, preconditioned = whole_blame, reply.whole_queries(preconditioned)
+                ranked = ranked.with_whole_reply(reply)
                 signal_choice = dataclasses.replace(signal_choice, whole_answer_items=canned)
-            causes = causes.ranked(blame_matrix, item_ids, config.attribution)
+            causes = causes.ranked(ranked.blame, ranked.item_ids, config.attribution,
+                                   other_blame=len(weights) > 1)
             scores, clusters = causes.primary.scores, causes.primary.clusters  # the report leads with cause 1
         else:
-            columns = range(len(item_ids))
-            scores = with_cluster_prior(ranked_with_config(blame_matrix, scores, columns, config.attribution),
-                                        blame_matrix, columns, assignment,
+            columns = range(len(ranked.item_ids))
+            scores = with_cluster_prior(ranked_with_config(ranked.blame, scores, columns, config.attribution),
+                                        ranked.blame, columns, assignment,
                                         [score.name for score in clusters.accused_all], config.attribution.cluster_prior)
     with stages.stage("spans"):
-        points = _scored_points(index, preconditioned, item_ids, ensemble, examples, config, capability, eval_items,
-                                signal_choice)
+        points = _scored_points(index, ranked.preconditioned, ranked.item_ids, ensemble, examples, config, capability,
+                                eval_items, signal_choice)
         drills = span_drills(loaded, examples, scores, points, config, allow_pickle=allow_pickle)
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
-                  signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=blame_matrix,
-                  item_ids=item_ids, causes=causes, ensemble=ensemble, base_point=base_point)
+                  signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=ranked.blame,
+                  item_ids=ranked.item_ids, causes=causes, ensemble=ensemble, base_point=base_point)
 
 
 def _rescored(blame_matrix: np.ndarray, scores: ExampleScores, item_ids: Sequence[str],
@@ -269,7 +279,7 @@ def _run_dir(run: str | Path | None, loaded: LoadedModel) -> Path | None:
 def _member_blame(view: LoadedModel, examples: Sequence[Example], config: GradianConfig,
                   capability: CapabilityResult | None, eval_items: Sequence[Example] | None,
                   signal_choice: QuerySignalChoice, item_ids: Sequence[str], *, canned: Sequence[str] = (),
-                  progress: Callable[[int, int], None] | None = None,
+                  weights: Sequence[float] | None = None, progress: Callable[[int, int], None] | None = None,
                   say: Callable[[str], None] | None = None) -> tuple[np.ndarray, str, _MemberState]:
     """Per-item blame [examples, items] under one checkpoint's weights: its own index, queries and preconditioner."""
     from gradian.grads.capture import GradientCapture  # both import torch; this module does not
@@ -278,7 +288,8 @@ def _member_blame(view: LoadedModel, examples: Sequence[Example], config: Gradia
     index = build_index(view, examples, config, None, progress=progress, say=say, scored_alone=False)  # index cache
     capture = GradientCapture.for_index(view, config.grads, index)
     if capability is not None:
-        queries, ids = _eval_queries(capture, view, capability, eval_items, config, signal_choice, canned=canned)
+        queries, ids = _eval_queries(capture, view, capability, eval_items, config, signal_choice, canned=canned,
+                                     weights=weights)
     else:
         queries, ids = _fallback_queries(index, examples, config)
     if tuple(ids) != tuple(item_ids):
@@ -417,11 +428,13 @@ def _evaluate(loaded: LoadedModel, eval_items: Sequence[Example], config: Gradia
 def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: CapabilityResult,
                   eval_items: Sequence[Example], config: GradianConfig,
                   signal_choice: QuerySignalChoice, only: Sequence[str] | None = None,
-                  canned: Sequence[str] = ()) -> tuple[np.ndarray, tuple[str, ...]]:
+                  canned: Sequence[str] = (), weights: Sequence[float] | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
     """One query vector per regressed item (all items when nothing regressed and the gate is off), or ``only`` these.
 
     The ``canned`` reply's items get a second vector each, queried with the whole reply, after the others (ids
-    ``_WholeReply.column_id``): whether those are used is known only once the causes are found.
+    ``_WholeReply.column_id``): whether those are used is known only once the causes are found. All of them are
+    taken at each generated weight in ``weights`` (default: evaluation.generated_weight), one block of columns per
+    weight, the second block's ids ``_Columns.accusation_id``; the gradients are taken once.
     """
     items = capability.regressed_items or capability.items
     if only is not None:
@@ -429,18 +442,29 @@ def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: Cap
         items = [item for item in items if item.id in chosen]
     prompts = {example.id: example.prompt_messages for example in eval_items}
 
-    def queried(chosen: Sequence[ScoredItem], whole_answer: Collection[str]) -> QueryGradients:
-        return query_gradients(capture, loaded.tokenizer, chosen, prompts, signal_choice.effective,
-                               max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size,
-                               whole_answer=whole_answer, generated_weight=config.evaluation.generated_weight)
+    def queried(chosen: Sequence[ScoredItem], whole_answer: Collection[str]) -> QueryTerms:
+        return query_terms(capture, loaded.tokenizer, chosen, prompts, signal_choice.effective,
+                           max_seq_length=config.grads.max_seq_length, batch_size=config.grads.batch_size,
+                           whole_answer=whole_answer)
 
-    query = queried(items, signal_choice.whole_answer_items)
-    if not canned:
-        return query.vectors, query.item_ids
-    reply = set(canned)
-    whole = queried([item for item in items if item.id in reply], canned)
-    return (np.concatenate([query.vectors, whole.vectors]),
-            (*query.item_ids, *(_WholeReply.column_id(item) for item in whole.item_ids)))
+    parts = [queried(items, signal_choice.whole_answer_items)]
+    if canned:
+        reply = set(canned)
+        parts.append(queried([item for item in items if item.id in reply], canned))
+    ids = [term.item_id for term in parts[0].terms]
+    ids += [_WholeReply.column_id(term.item_id) for part in parts[1:] for term in part.terms]
+    weights = tuple(weights or (config.evaluation.generated_weight,))
+    vectors = np.concatenate([part.weighed(weight).vectors for weight in weights for part in parts])
+    accusation = [_Columns.accusation_id(column) for column in ids] if len(weights) == 2 else []
+    return vectors, (*ids, *accusation)
+
+
+def _query_weights(config: GradianConfig, signal_choice: QuerySignalChoice) -> tuple[float, ...]:
+    """The generated weights queries are taken at: the ranking's, then the accusation's where that differs."""
+    rank, accuse = config.evaluation.generated_weight, config.evaluation.accusation_weight
+    if accuse is None or accuse == rank or signal_choice.effective not in PAIRED:
+        return (rank,)
+    return (rank, accuse)
 
 
 def _canned_reply(signal_choice: QuerySignalChoice, capability: CapabilityResult,
@@ -488,6 +512,45 @@ class _WholeReply:
         out = np.array(preconditioned, copy=True)
         out[list(self.columns)] = self.queries[self.n:]
         return out
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Per-item blame [examples, columns] with the preconditioned and raw queries [columns, dim] that scored it."""
+
+    blame: np.ndarray
+    preconditioned: np.ndarray
+    queries: np.ndarray
+    item_ids: tuple[str, ...]
+
+    @staticmethod
+    def accusation_id(column: str) -> str:
+        """The id of a column's query at the accusation's generated weight (no eval item id holds a NUL)."""
+        return f"{column}\0accusation"
+
+    def by_weight(self) -> tuple[_Columns, _Columns]:
+        """The ranking weight's columns and the accusation weight's (the second half, under the same ids)."""
+        n = len(self.item_ids) // 2
+        first = self.item_ids[:n]
+        if self.item_ids[n:] != tuple(self.accusation_id(column) for column in first):
+            raise GradientIndexError("the accusation weight's queries are out of order",
+                                     "report this with the gradian doctor output")
+        return (_Columns(self.blame[:, :n], self.preconditioned[:n], self.queries[:n], first),
+                _Columns(self.blame[:, n:], self.preconditioned[n:], self.queries[n:], first))
+
+    def set_apart(self, canned: Sequence[str]) -> tuple[_WholeReply, _Columns]:
+        """The canned reply's whole-reply columns, and these columns without them."""
+        reply = _WholeReply.set_apart(self.blame, self.preconditioned, self.item_ids, canned)
+        return reply, _Columns(reply.blame[:, :reply.n], self.preconditioned[:reply.n], self.queries[:reply.n],
+                               self.item_ids[:reply.n])
+
+    def with_whole_reply(self, reply: _WholeReply) -> _Columns:
+        """Each reply item's column and query its whole reply's."""
+        return dataclasses.replace(self, blame=reply.whole_blame(), preconditioned=reply.whole_queries(self.preconditioned))
+
+    def gram(self) -> np.ndarray:
+        """The items' preconditioned query inner products [columns, columns], what causes are grouped by."""
+        return self.preconditioned @ self.queries.T
 
 
 def _fallback_queries(index: Index, examples: Sequence[Example],

@@ -165,6 +165,23 @@ def answer_key(text: str | None) -> str:
     return " ".join((text or "").split()).casefold()
 
 
+@dataclass(frozen=True)
+class QueryTerms:
+    """A query's two terms per item, before they are weighed: one gradient pass gives the query at any weight."""
+
+    wanted: np.ndarray  # [items, dim]: unit rows for a normalized paired signal, raw for margin and classic
+    generated: np.ndarray | None  # [items, dim] likewise; None for the classic signal
+    terms: tuple[QueryTerm, ...]
+    signal: str
+
+    def weighed(self, generated_weight: float = 0.5) -> QueryGradients:
+        """The query vectors with the generated term weighed ``generated_weight`` and the wanted term the rest."""
+        if not 0.0 <= generated_weight <= 1.0:
+            raise ValueError(f"generated_weight must be between 0 and 1, not {generated_weight!r}")
+        vectors = self.wanted if self.generated is None else _weighed(self.wanted, self.generated, generated_weight)
+        return QueryGradients(vectors.astype(np.float32), self.terms, self.signal)
+
+
 def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, items: Sequence[ScoredItem],
                     prompts: Mapping[str, Prompt], signal: str, *, max_seq_length: int, batch_size: int = 8,
                     whole_answer: Collection[str] = (), generated_weight: float = 0.5) -> QueryGradients:
@@ -174,10 +191,18 @@ def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase
     the items in ``whole_answer`` are supervised from their divergence to the end of the answer. A paired signal
     weighs its generated term by ``generated_weight`` and its wanted term by the rest (0.5: equally).
     """
-    if signal not in SIGNALS:
-        raise ValueError(f"signal must be one of {', '.join(SIGNALS)} after resolving auto, not {signal!r}")
     if not 0.0 <= generated_weight <= 1.0:
         raise ValueError(f"generated_weight must be between 0 and 1, not {generated_weight!r}")
+    return query_terms(capture, tokenizer, items, prompts, signal, max_seq_length=max_seq_length,
+                       batch_size=batch_size, whole_answer=whole_answer).weighed(generated_weight)
+
+
+def query_terms(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, items: Sequence[ScoredItem],
+                prompts: Mapping[str, Prompt], signal: str, *, max_seq_length: int, batch_size: int = 8,
+                whole_answer: Collection[str] = ()) -> QueryTerms:
+    """Each item's query terms under one of ``SIGNALS``, not yet weighed (``query_gradients`` weighs them)."""
+    if signal not in SIGNALS:
+        raise ValueError(f"signal must be one of {', '.join(SIGNALS)} after resolving auto, not {signal!r}")
     if not items:
         raise EvaluationError("there are no eval items to build a query from",
                               "the eval set has no item the fine-tuned model got worse on")
@@ -197,16 +222,14 @@ def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase
                       for item in items]
         wanted, generated = _divergence_terms(capture, tokenizer, wanted_pairs, generated_pairs, max_seq_length,
                                               batch_size, first_only=first_only)
-        vectors = (_weighed(wanted, generated, generated_weight) if signal == "margin"
-                   else _weighed(_unit(wanted), _unit(generated), generated_weight))
-        return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
+        if signal != "margin":
+            wanted, generated = _unit(wanted), _unit(generated)
+        return QueryTerms(wanted, generated, tuple(terms), signal)
     wanted = _gradients(capture, tokenizer, wanted_pairs, max_seq_length, batch_size)
     if signal == "classic":
-        vectors = wanted
-    else:
-        generated = _gradients(capture, tokenizer, generated_pairs, max_seq_length, batch_size)
-        vectors = _weighed(_unit(wanted), _unit(generated), generated_weight)
-    return QueryGradients(vectors.astype(np.float32), tuple(terms), signal)
+        return QueryTerms(wanted, None, tuple(terms), signal)
+    generated = _gradients(capture, tokenizer, generated_pairs, max_seq_length, batch_size)
+    return QueryTerms(_unit(wanted), _unit(generated), tuple(terms), signal)
 
 
 def _weighed(wanted: np.ndarray, generated: np.ndarray, generated_weight: float) -> np.ndarray:

@@ -34,7 +34,7 @@ from gradian.attribution.results import (
     SpanDrill,
 )
 from gradian.evaluation.capability import CapabilityResult, refusal_message
-from gradian.evaluation.query_signal import QuerySignalChoice
+from gradian.evaluation.query_signal import PAIRED_SIGNALS, QuerySignalChoice
 
 if TYPE_CHECKING:
     from gradian.query.spans import SpanBlame
@@ -119,7 +119,8 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     summary = f"{_attributed_summary(capability_dict, top, clusters)} {_causes_sentence(causes)}".strip()
     verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused)}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
-                     method=method_summary(scores, preconditioner, clusters, checkpoints, _tested_on(provenance)),
+                     method=method_summary(scores, preconditioner, clusters, checkpoints, _tested_on(provenance),
+                                          _accusation_weight(provenance, signal)),
                      top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
                      warnings=_with_normalize_warning(notes, scores), provenance=provenance,
@@ -192,17 +193,29 @@ def _tested_on(provenance: Provenance) -> str | None:
     return attribution.get("aggregation")
 
 
+def _accusation_weight(provenance: Provenance, signal: Mapping[str, Any]) -> float | None:
+    """The generated weight a paired query's clusters and causes were tested at, where it is not the ranking's."""
+    evaluation = provenance.config.get("evaluation") or {}
+    accuse = evaluation.get("accusation_weight")
+    if accuse is None or accuse == evaluation.get("generated_weight") or signal.get("effective") not in PAIRED_SIGNALS:
+        return None
+    return float(accuse)
+
+
 def clusters_aggregation(method: Mapping[str, Any]) -> str:
     """What a report's clusters were tested on (reports before attribution.ranking: what ranked the examples)."""
     return (method.get("clusters") or {}).get("aggregation", method["aggregation"])
 
 
 def method_summary(scores: ExampleScores, preconditioner: Preconditioner, clusters: ClusterResult | None = None,
-                   checkpoints: Sequence[Mapping[str, Any]] = (), tested_on: str | None = None) -> dict[str, Any]:
+                   checkpoints: Sequence[Mapping[str, Any]] = (), tested_on: str | None = None,
+                   accusation_weight: float | None = None) -> dict[str, Any]:
     """How blame was computed: preconditioner and its knobs, normalization, aggregation, the query items.
 
     ``aggregation`` is what ranked the examples; ``clusters.aggregation`` (``tested_on``) what the clusters were
-    tested on, when that was another one (``attribution.ranking`` against ``attribution.aggregation``).
+    tested on, when that was another one (``attribution.ranking`` against ``attribution.aggregation``);
+    ``clusters.generated_weight`` the paired query's generated weight they were tested at, where that was not the
+    ranking's (``evaluation.accusation_weight``).
     """
     method: dict[str, Any] = {
         "blame": "-(P q) . g_i; positive = training on the example pushed the model toward the failure",
@@ -224,6 +237,8 @@ def method_summary(scores: ExampleScores, preconditioner: Preconditioner, cluste
                               "aggregation": tested_on or scores.aggregation,
                               "knobs": _jsonable(dict(clusters.assignment.knobs)),
                               "permutations": clusters.permutations, "seed": clusters.seed, "alpha": clusters.alpha}
+        if accusation_weight is not None:
+            method["clusters"]["generated_weight"] = accusation_weight
     return method
 
 

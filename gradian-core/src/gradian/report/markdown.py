@@ -269,7 +269,11 @@ def _listing(ids: list[str], shown: int = SHOWN_ITEMS) -> str:
 def _tested_on(method: Mapping[str, Any]) -> str:
     """The clusters' aggregation where it is not the ranking's (``attribution.ranking``), else nothing."""
     tested_on = clusters_aggregation(method)
-    return "" if tested_on == method["aggregation"] else f"; clusters and causes tested on {_aggregation(tested_on)}"
+    text = "" if tested_on == method["aggregation"] else f"; clusters and causes tested on {_aggregation(tested_on)}"
+    weight = (method.get("clusters") or {}).get("generated_weight")
+    if weight is not None:  # evaluation.accusation_weight
+        text += f"; clusters and causes tested on queries weighing the generated answer {weight:g}"
+    return text
 
 
 def _weighted(method: Mapping[str, Any]) -> str:
