@@ -88,12 +88,18 @@ def sentence_label(kind: str, settings: dict[str, Any]) -> str:
 
 
 def query_label(config: Mapping[str, Any]) -> str:
-    """", generated term weighed W" where the report's paired query (its config) weighed its terms apart, else "".
+    """", generated term weighed W" where the report's paired query (its config) weighed its terms apart, then
+    ", clusters tested at A" where its clusters were tested at another weight; else "".
 
     Reports written before ``evaluation.generated_weight`` existed lack it: their query is today's at 0.5.
     """
-    weight = (config.get("evaluation") or {}).get("generated_weight", 0.5)
-    return f", generated term weighed {weight:g}" if weight != 0.5 else ""
+    evaluation = config.get("evaluation") or {}
+    weight = evaluation.get("generated_weight", 0.5)
+    label = f", generated term weighed {weight:g}" if weight != 0.5 else ""
+    accuse = evaluation.get("accusation_weight")
+    if accuse is not None and accuse != weight:  # evaluation.accusation_weight: clusters tested at another weight
+        label += f", clusters tested at {accuse:g}"
+    return label
 
 
 def wide_side_label(document: Mapping[str, Any]) -> str:

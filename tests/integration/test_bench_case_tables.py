@@ -672,6 +672,10 @@ def test_a_report_whose_query_weighed_its_terms_apart_gets_rows_of_its_own():
     assert goal.query_label({"evaluation": {}}) == ""  # written before the key: the query at 0.5
     assert goal.query_label({"evaluation": {"generated_weight": 0.5}}) == ""
     assert goal.query_label({"evaluation": {"generated_weight": 0.75}}) == ", generated term weighed 0.75"
+    assert (goal.query_label({"evaluation": {"generated_weight": 0.75, "accusation_weight": 0.5}})
+            == ", generated term weighed 0.75, clusters tested at 0.5")
+    assert goal.query_label({"evaluation": {"generated_weight": 0.75, "accusation_weight": 0.75}}) == (
+        ", generated term weighed 0.75")
 
 
 @pytest.mark.slow

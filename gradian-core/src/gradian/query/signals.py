@@ -191,7 +191,7 @@ def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase
     the items in ``whole_answer`` are supervised from their divergence to the end of the answer. A paired signal
     weighs its generated term by ``generated_weight`` and its wanted term by the rest (0.5: equally).
     """
-    if not 0.0 <= generated_weight <= 1.0:
+    if not 0.0 <= generated_weight <= 1.0:  # before any gradient is taken
         raise ValueError(f"generated_weight must be between 0 and 1, not {generated_weight!r}")
     return query_terms(capture, tokenizer, items, prompts, signal, max_seq_length=max_seq_length,
                        batch_size=batch_size, whole_answer=whole_answer).weighed(generated_weight)
