@@ -54,8 +54,11 @@ def cluster_row(report: Path, cluster: str) -> dict[str, Any]:
 
 
 def score(case: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The case's own report and each re-attribution, read."""
-    reports = [case / "report", *(reattributed(case, w, args.workdir) for w in args.weights)]
+    """The case's own report and each re-attribution at another weight than its own, read."""
+    from gradian.report.reader import read_report
+
+    own = read_report(case / "report").provenance.config["evaluation"]["generated_weight"]
+    reports = [case / "report", *(reattributed(case, w, args.workdir) for w in args.weights if w != own)]
     rows = sorted((cluster_row(report, args.cluster) for report in reports), key=lambda row: row["weight"])
     return {"case": case.name, "cluster": args.cluster, "weights": rows}
 

@@ -784,10 +784,12 @@ def test_the_query_terms_table_splits_the_shipped_query_into_its_two_terms(cases
 def test_the_query_weight_bench_re_attributes_the_case_at_each_weight_once(cases, tmp_path):
     bench = bench_module("query_weight_clusters")
     out, workdir = tmp_path / "weights", tmp_path / "runs"
-    arguments = ["--cases", str(cases), "tiny-fact-4", "--weights", "0.5", "--workdir", str(workdir), "--out", str(out)]
+    arguments = ["--cases", str(cases), "tiny-fact-4", "--weights", "0.5", "0.75", "--workdir", str(workdir),
+                 "--out", str(out)]
     assert bench.main(arguments) == 0
     row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
     assert [w["weight"] for w in row["weights"]] == [0.5, 0.75]  # the re-attribution, then the case's own report
+    assert not (workdir / "tiny-fact-4-w0.75").exists()  # the case's own weight is its own report, not run again
     assert all(w["attributed"] and w["strongest"] for w in row["weights"])
     report = workdir / "tiny-fact-4-w0.5" / "report" / "report.json"
     written = json.loads(report.read_text())
