@@ -433,8 +433,9 @@ def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: Cap
 
     The ``canned`` reply's items get a second vector each, queried with the whole reply, after the others (ids
     ``_WholeReply.column_id``): whether those are used is known only once the causes are found. All of them are
-    taken at each generated weight in ``weights`` (default: evaluation.generated_weight), one block of columns per
-    weight, the second block's ids ``_Columns.accusation_id``; the gradients are taken once.
+    taken at each generated weight in ``weights`` (the ranking's, then the accusation's if given; default:
+    evaluation.generated_weight), one block of columns per weight, the second block's ids ``_Columns.accusation_id``;
+    the gradients are taken once.
     """
     items = capability.regressed_items or capability.items
     if only is not None:
@@ -454,6 +455,8 @@ def _eval_queries(capture: GradientCapture, loaded: LoadedModel, capability: Cap
     ids = [term.item_id for term in parts[0].terms]
     ids += [_WholeReply.column_id(term.item_id) for part in parts[1:] for term in part.terms]
     weights = tuple(weights or (config.evaluation.generated_weight,))
+    if len(weights) > 2:
+        raise ValueError(f"queries are taken at the ranking's weight and the accusation's at most, not {weights}")
     vectors = np.concatenate([part.weighed(weight).vectors for weight in weights for part in parts])
     accusation = [_Columns.accusation_id(column) for column in ids] if len(weights) == 2 else []
     return vectors, (*ids, *accusation)
