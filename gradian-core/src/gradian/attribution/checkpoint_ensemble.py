@@ -182,17 +182,22 @@ def score_checkpoints(plan: EnsemblePlan, loaded: LoadedModel, adapter_blame: np
     return EnsembleBlame(total, tuple(records), plan.note, tuple(scored))
 
 
-def with_base_point(blame: np.ndarray, base_blame: np.ndarray, share: float) -> np.ndarray:
-    """(1 - share) x blame + share x base_blame, each scaled to unit norm first: the two are on different scales."""
+def with_base_point(blame: np.ndarray, base_blame: np.ndarray, share: float, *, blocks: int = 1) -> np.ndarray:
+    """(1 - share) x blame + share x base_blame, each scaled to unit norm first: the two are on different scales.
+
+    With ``blocks`` > 1 the columns are that many equal blocks (queries of different generated weights), each mixed
+    on its own scale, as when it is the only one.
+    """
     def unit(matrix: np.ndarray) -> np.ndarray:
-        matrix = np.asarray(matrix, dtype=np.float64)
         norm = float(np.linalg.norm(matrix))
         return matrix / norm if norm > 0 else matrix
 
     if np.shape(blame) != np.shape(base_blame):
         raise GradianError(f"the base point gave blame of shape {np.shape(base_blame)}, the adapter "
                            f"{np.shape(blame)}", "report this with the gradian doctor output")
-    return (1.0 - share) * unit(blame) + share * unit(base_blame)
+    pairs = zip(np.split(np.asarray(blame, dtype=np.float64), blocks, axis=1),
+                np.split(np.asarray(base_blame, dtype=np.float64), blocks, axis=1), strict=True)
+    return np.concatenate([(1.0 - share) * unit(own) + share * unit(base) for own, base in pairs], axis=1)
 
 
 def base_point_record(share: float, index_id: str) -> dict[str, Any]:

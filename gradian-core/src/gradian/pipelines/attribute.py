@@ -216,10 +216,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
             base_blame, base_index_id, _ = _member_blame(view, examples, config, capability, eval_items,
                                                          signal_choice, item_ids, canned=canned, weights=weights,
                                                          progress=tick, say=say)
-        blame_matrix = np.concatenate([  # each weight's columns on their own scale, as when it is the only one
-            with_base_point(blame, base, config.attribution.base_point)
-            for blame, base in zip(np.split(np.asarray(blame_matrix), len(weights), axis=1),
-                                   np.split(np.asarray(base_blame), len(weights), axis=1), strict=True)], axis=1)
+        blame_matrix = with_base_point(blame_matrix, base_blame, config.attribution.base_point, blocks=len(weights))
         scores = _rescored(blame_matrix, scores, item_ids, config)
         base_point = base_point_record(config.attribution.base_point, base_index_id)
     ranked = _Columns(np.asarray(blame_matrix), preconditioned, np.asarray(queries), tuple(item_ids))

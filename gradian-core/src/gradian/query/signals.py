@@ -176,8 +176,7 @@ class QueryTerms:
 
     def weighed(self, generated_weight: float = 0.5) -> QueryGradients:
         """The query vectors with the generated term weighed ``generated_weight`` and the wanted term the rest."""
-        if not 0.0 <= generated_weight <= 1.0:
-            raise ValueError(f"generated_weight must be between 0 and 1, not {generated_weight!r}")
+        _check_weight(generated_weight)
         vectors = self.wanted if self.generated is None else _weighed(self.wanted, self.generated, generated_weight)
         return QueryGradients(vectors.astype(np.float32), self.terms, self.signal)
 
@@ -191,8 +190,7 @@ def query_gradients(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase
     the items in ``whole_answer`` are supervised from their divergence to the end of the answer. A paired signal
     weighs its generated term by ``generated_weight`` and its wanted term by the rest (0.5: equally).
     """
-    if not 0.0 <= generated_weight <= 1.0:  # before any gradient is taken
-        raise ValueError(f"generated_weight must be between 0 and 1, not {generated_weight!r}")
+    _check_weight(generated_weight)  # before any gradient is taken
     return query_terms(capture, tokenizer, items, prompts, signal, max_seq_length=max_seq_length,
                        batch_size=batch_size, whole_answer=whole_answer).weighed(generated_weight)
 
@@ -230,6 +228,11 @@ def query_terms(capture: GradientCapture, tokenizer: PreTrainedTokenizerBase, it
         return QueryTerms(wanted, None, tuple(terms), signal)
     generated = _gradients(capture, tokenizer, generated_pairs, max_seq_length, batch_size)
     return QueryTerms(_unit(wanted), _unit(generated), tuple(terms), signal)
+
+
+def _check_weight(generated_weight: float) -> None:
+    if not 0.0 <= generated_weight <= 1.0:
+        raise ValueError(f"generated_weight must be between 0 and 1, not {generated_weight!r}")
 
 
 def _weighed(wanted: np.ndarray, generated: np.ndarray, generated_weight: float) -> np.ndarray:
