@@ -80,6 +80,16 @@ def test_mixing_scales_each_side_to_unit_norm():
         with_base_point(blame, base[:1], 0.5)
 
 
+def test_mixing_takes_a_per_item_vector_and_scales_each_column_block_on_its_own():
+    vector, base_vector = np.array([3.0, 4.0]), np.array([1.0, 0.0])
+    np.testing.assert_allclose(with_base_point(vector, base_vector, 0.5), 0.5 * vector / 5.0 + 0.5 * base_vector)
+    blame = np.array([[3.0, 30.0], [4.0, 40.0]])
+    base = np.array([[1.0, 0.0], [0.0, 2.0]])
+    mixed = with_base_point(blame, base, 0.5, blocks=2)
+    np.testing.assert_allclose(mixed[:, :1], with_base_point(blame[:, :1], base[:, :1], 0.5))
+    np.testing.assert_allclose(mixed[:, 1:], with_base_point(blame[:, 1:], base[:, 1:], 0.5))
+
+
 def test_the_method_line_names_the_base_point_beside_the_run_points():
     base = {"step": 0, "weight": 0.75, "is_adapter": False, "base_point": True}
     alone = checkpoints_text([base])

@@ -195,8 +195,10 @@ def with_base_point(blame: np.ndarray, base_blame: np.ndarray, share: float, *, 
     if np.shape(blame) != np.shape(base_blame):
         raise GradianError(f"the base point gave blame of shape {np.shape(base_blame)}, the adapter "
                            f"{np.shape(blame)}", "report this with the gradian doctor output")
-    pairs = zip(np.split(np.asarray(blame, dtype=np.float64), blocks, axis=1),
-                np.split(np.asarray(base_blame, dtype=np.float64), blocks, axis=1), strict=True)
+    blame, base_blame = np.asarray(blame, dtype=np.float64), np.asarray(base_blame, dtype=np.float64)
+    if blocks == 1:  # any shape, a per-item vector included
+        return (1.0 - share) * unit(blame) + share * unit(base_blame)
+    pairs = zip(np.split(blame, blocks, axis=1), np.split(base_blame, blocks, axis=1), strict=True)
     return np.concatenate([(1.0 - share) * unit(own) + share * unit(base) for own, base in pairs], axis=1)
 
 
