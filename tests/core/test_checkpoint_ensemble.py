@@ -51,9 +51,9 @@ def _attribute(trained, tiny_base_dir, out: Path, adapter: Path, *extra: str) ->
     return json.loads((out / "report.json").read_text())
 
 
-def _item_blame(out: Path, items: list[str]) -> np.ndarray:
+def _item_blame(out: Path, items: list[str], prefix: str = "item:") -> np.ndarray:
     rows = sorted(_read_scores_csv(out / "scores.csv"), key=lambda row: int(row["position"]))
-    return np.array([[float(row[f"item:{item}"]) for item in items] for row in rows])
+    return np.array([[float(row[f"{prefix}{item}"]) for item in items] for row in rows])
 
 
 def test_summed_blame_equals_each_checkpoint_attributed_alone_weighted_by_learning_rate(trained, tiny_base_dir,
@@ -303,11 +303,22 @@ def test_the_accusation_weight_tests_as_a_run_at_it_and_ranks_as_a_run_at_the_ge
     assert both["method"]["query_items"] == ids
     np.testing.assert_allclose(_item_blame(tmp_path / "both", ids), _item_blame(tmp_path / "ranked", ids), rtol=1e-6)
     assert not np.allclose(_item_blame(tmp_path / "both", ids), _item_blame(tmp_path / "half", ids), rtol=1e-3)
+    tested_ids = _tested_columns(tmp_path / "both")  # the blame the clusters were tested on, saved beside it
+    assert tested_ids and set(tested_ids) <= set(ids)
+    np.testing.assert_allclose(_item_blame(tmp_path / "both", tested_ids, "tested:"),
+                               _item_blame(tmp_path / "half", tested_ids), rtol=1e-6)
+    assert not _tested_columns(tmp_path / "ranked")
     if not any(cause["accused_clusters"] for report in (tested, ranked) for cause in report["causes"]):  # no prior
         assert [row["id"] for row in both["top_examples"]] == [row["id"] for row in ranked["top_examples"]]
     assert both["method"]["clusters"]["generated_weight"] == 0.5
     assert "generated_weight" not in ranked["method"]["clusters"]
     assert "queries weighing the generated answer 0.5" in (tmp_path / "both" / "report.md").read_text()
+
+
+def _tested_columns(out: Path) -> list[str]:
+    """The eval items of scores.csv's ``tested:`` columns."""
+    header = _read_scores_csv(out / "scores.csv")[0].keys()
+    return [name.removeprefix("tested:") for name in header if name.startswith("tested:")]
 
 
 def _rounded(value):

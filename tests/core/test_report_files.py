@@ -34,6 +34,7 @@ from gradian.report import (
     write_report,
 )
 from gradian.report import plots as report_plots
+from gradian.report.scores import parquet_available
 
 STAMP = "2025-01-01T00:00:00+00:00"
 COMMAND = "gradian attribute --base-model tiny --adapter out/adapter --dataset train.jsonl --eval-dataset eval.jsonl"
@@ -317,6 +318,27 @@ def test_scores_parquet_has_the_same_rows_typed(tmp_path):
     assert list(table.columns) == list(text.columns) == ["position", "id", "rank", "blame", "cluster", "accused"]
     assert table["accused"].dtype == bool and table["rank"].tolist() == text["rank"].tolist()
     assert table["blame"].tolist() == text["blame"].tolist()
+
+
+def test_the_blame_the_clusters_were_tested_on_follows_the_item_columns_in_both_files(tmp_path):
+    report, scores, clusters = _attributed()
+    shape = (len(scores), len(scores.item_ids))
+    matrix, tested = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) / 7, np.full(shape, -1.5)
+    tested[:, 0] = np.arange(len(scores)) / 3
+    files = write_report(report, tmp_path, scores=scores, clusters=clusters, item_blame=matrix,
+                         tested_blame=tested, tested_item_ids=scores.item_ids)
+    rows = _read_scores_csv(tmp_path / "scores.csv")
+    names = [*(f"item:{item}" for item in scores.item_ids), *(f"tested:{item}" for item in scores.item_ids)]
+    assert list(rows[0])[-len(names):] == names
+    assert json.loads(files.json.read_text())["scores"]["columns"][-len(names):] == names
+    for row in rows:
+        assert float(row[f"tested:{scores.item_ids[0]}"]) == tested[int(row["position"]), 0]
+    if parquet_available():
+        pandas = pytest.importorskip("pandas")
+        table = pandas.read_parquet(tmp_path / "scores.parquet")
+        assert list(table.columns) == list(rows[0])
+        assert table[f"tested:{scores.item_ids[0]}"].tolist() == [float(row[f"tested:{scores.item_ids[0]}"])
+                                                                 for row in rows]
 
 
 def test_without_pyarrow_only_the_csv_is_written_and_the_report_says_so(tmp_path, monkeypatch):

@@ -8,8 +8,10 @@ into causes, one ``blame:cause-<n>`` column per cause (its blame), and ``blame``
 two or more causes accuse a cluster, each example's highest standardized blame among those causes
 (``CauseSplit.overall_blame``), so the top rows hold every accused cause's most blamed examples; then one
 ``item:<eval item id>`` column per query item holding that item's raw blame -(P q) . g before any per-item
-standardization (the same numbers as report.json's ``item_blame``). Wide, one column per item, because that is
-what ``pandas.read_csv`` users index by; a report without per-item numbers has no item columns.
+standardization (the same numbers as report.json's ``item_blame``); then, where the clusters and causes were tested
+at another generated weight (``evaluation.accusation_weight``), one ``tested:<eval item id>`` column per item they
+were tested on, holding that item's raw blame at that weight. Wide, one column per item, because that is what
+``pandas.read_csv`` users index by; a report without per-item numbers has no item columns.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ SCORES_CSV = "scores.csv"
 SCORES_PARQUET = "scores.parquet"
 ITEM_PREFIX = "item:"
 CAUSE_PREFIX = "blame:cause-"
+TESTED_PREFIX = "tested:"
 FIXED_COLUMNS = ("position", "id", "rank", "blame", "cluster", "accused")
 PARQUET_MISSING_NOTE = "scores.parquet skipped: pyarrow is not installed (pip install 'gradian-core[parquet]')."
 
@@ -52,6 +55,8 @@ class ScoreTable:
     item_blame: np.ndarray | None  # [rows, items] in row order, or None without per-item numbers
     cause_blame: tuple[np.ndarray, ...] = ()  # each cause's blame in row order (none: one cause)
     ranking: str = "blame"  # blame and rank: "blame" (the scores' own) or "overall" (over the accusing causes)
+    tested_items: tuple[str, ...] = ()  # the items the clusters and causes were tested on at another weight
+    tested_blame: np.ndarray | None = None  # [rows, tested items] in row order, or None: tested on the item columns
 
     @property
     def cause_columns(self) -> tuple[str, ...]:
@@ -61,7 +66,8 @@ class ScoreTable:
     @property
     def columns(self) -> tuple[str, ...]:
         """Every column name, in file order."""
-        return FIXED_COLUMNS + self.cause_columns + tuple(ITEM_PREFIX + item for item in self.items)
+        return (FIXED_COLUMNS + self.cause_columns + tuple(ITEM_PREFIX + item for item in self.items)
+                + tuple(TESTED_PREFIX + item for item in self.tested_items))
 
 
 def parquet_available() -> bool:
@@ -72,12 +78,14 @@ def parquet_available() -> bool:
 def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | None = None,
                 accused: Sequence[str] = (), item_blame: np.ndarray | None = None,
                 item_ids: Sequence[str] | None = None, cause_blame: Sequence[np.ndarray] = (),
-                overall: np.ndarray | None = None) -> ScoreTable:
+                overall: np.ndarray | None = None, tested_blame: np.ndarray | None = None,
+                tested_item_ids: Sequence[str] = ()) -> ScoreTable:
     """The table of an ExampleScores, ``cluster_names`` per position and the ``[examples, items]`` per-item blame.
 
     ``item_ids`` names the per-item columns when they are not the scores' own items (every regressed item, when the
     blame is one cause's); ``cause_blame`` is each cause's blame by position, when there are several; ``overall``
-    (by position) replaces the scores' blame and rank: the causes' overall ranking.
+    (by position) replaces the scores' blame and rank: the causes' overall ranking; ``tested_blame``
+    ``[examples, tested items]`` is the per-item blame the clusters and causes were tested on, where that differs.
     """
     blame = np.asarray(scores.blame if overall is None else overall, dtype=np.float64)
     if blame.shape != (len(scores),):
@@ -93,13 +101,20 @@ def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | 
         if per_item.shape != (len(scores), len(columns)):
             raise ValueError("item_blame needs one row per example and one column per item")
         per_item = per_item[order]
+    tested = None
+    if tested_blame is not None:
+        tested = np.asarray(tested_blame, dtype=np.float64)
+        if tested.shape != (len(scores), len(tested_item_ids)):
+            raise ValueError("tested_blame needs one row per example and one column per tested item")
+        tested = tested[order]
     return ScoreTable(
         position=order, ids=tuple(scores.ids[p] for p in order),
         rank=ranks[order], blame=blame[order],
         cluster=tuple(names[p] for p in order), accused=np.array([names[p] in blocked for p in order], dtype=bool),
         items=columns if per_item is not None else (), item_blame=per_item,
         cause_blame=tuple(np.asarray(cause, dtype=np.float64)[order] for cause in cause_blame),
-        ranking="blame" if overall is None else "overall")
+        ranking="blame" if overall is None else "overall",
+        tested_items=tuple(tested_item_ids) if tested is not None else (), tested_blame=tested)
 
 
 def csv_rows(table: ScoreTable) -> Iterator[list[str]]:
@@ -111,6 +126,8 @@ def csv_rows(table: ScoreTable) -> Iterator[list[str]]:
         cells += [_float(blame[row]) for blame in table.cause_blame]
         if table.item_blame is not None:
             cells += [_float(value) for value in table.item_blame[row]]
+        if table.tested_blame is not None:
+            cells += [_float(value) for value in table.tested_blame[row]]
         yield cells
 
 
@@ -137,6 +154,8 @@ def write_parquet(table: ScoreTable, path: Path) -> None:
         columns[name] = pa.array(blame, type=pa.float64())
     for column, item in enumerate(table.items):
         columns[ITEM_PREFIX + item] = pa.array(table.item_blame[:, column], type=pa.float64())
+    for column, item in enumerate(table.tested_items):
+        columns[TESTED_PREFIX + item] = pa.array(table.tested_blame[:, column], type=pa.float64())
     pq.write_table(pa.table(columns), str(path), compression="zstd")
 
 
