@@ -258,7 +258,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
                   signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=ranked.blame,
                   item_ids=ranked.item_ids, causes=causes, ensemble=ensemble, base_point=base_point,
-                  tested=tested if len(weights) > 1 else None)
+                  tested=(tested, weights[1]) if len(weights) > 1 else None)
 
 
 def _rescored(blame_matrix: np.ndarray, scores: ExampleScores, item_ids: Sequence[str],
@@ -603,7 +603,10 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
            examples: Sequence[Example], signal_choice: QuerySignalChoice, warnings: Sequence[ReportWarning] = (),
            item_blame: np.ndarray | None = None, item_ids: Sequence[str] | None = None,
            causes: CauseSplit | None = None, ensemble: EnsembleBlame | None = None,
-           base_point: dict[str, Any] | None = None, tested: _Columns | None = None) -> AttributionOutcome:
+           base_point: dict[str, Any] | None = None,
+           tested: tuple[_Columns, float] | None = None) -> AttributionOutcome:
+    """Write the report; ``tested`` is the columns the clusters and causes were tested on and their generated weight,
+    where that was not the ranking's."""
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}
     provenance = _provenance(config, command, index)
     members = (*(ensemble.members if ensemble is not None else ()), *((base_point,) if base_point else ()))
@@ -617,14 +620,14 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
         report = attribution_report(scores=scores, capability=capability, preconditioner=preconditioner,
                                     texts=texts, provenance=provenance, clusters=clusters, spans=drills,
                                     query_signal=signal_choice, warnings=warnings, causes=causes,
-                                    checkpoints=members)
+                                    checkpoints=members, accusation_weight=tested[1] if tested else None)
     split = causes is not None and len(causes.causes) > 1
     cause_blame = [cause.scores.blame for cause in causes.causes] if split else []
     files = write_report(report, Path(out), scores=scores, clusters=clusters, item_blame=item_blame,
                          item_ids=item_ids, cause_blame=cause_blame,
                          overall_blame=causes.overall_blame() if split else None,
-                         tested_blame=tested.blame if tested is not None else None,
-                         tested_item_ids=tested.item_ids if tested is not None else ())
+                         tested_blame=tested[0].blame if tested else None,
+                         tested_item_ids=tested[0].item_ids if tested else ())
     return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))
 
 

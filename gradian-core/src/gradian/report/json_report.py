@@ -34,7 +34,7 @@ from gradian.attribution.results import (
     SpanDrill,
 )
 from gradian.evaluation.capability import CapabilityResult, refusal_message
-from gradian.evaluation.query_signal import PAIRED_SIGNALS, QuerySignalChoice
+from gradian.evaluation.query_signal import QuerySignalChoice
 
 if TYPE_CHECKING:
     from gradian.query.spans import SpanBlame
@@ -103,8 +103,13 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
                        texts: Mapping[str, str], provenance: Provenance, clusters: ClusterResult | None = None,
                        spans: Sequence[SpanDrill] = (), warnings: Sequence[ReportWarning] = (),
                        query_signal: QuerySignalChoice | None = None, top_k: int | None = None,
-                       causes: CauseSplit | None = None, checkpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The report of an attributed regression: ``capability`` is the evaluation's CapabilityResult."""
+                       causes: CauseSplit | None = None, checkpoints: Sequence[Mapping[str, Any]] = (),
+                       accusation_weight: float | None = None) -> dict[str, Any]:
+    """The report of an attributed regression: ``capability`` is the evaluation's CapabilityResult.
+
+    ``accusation_weight`` is the paired query's generated weight the clusters and causes were tested at, where that
+    was not the ranking's (``evaluation.accusation_weight``).
+    """
     signal = _query_signal_dict(query_signal if query_signal is not None else capability.query_signal)
     notes = list(warnings)
     if signal.get("note"):
@@ -120,7 +125,7 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused)}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
                      method=method_summary(scores, preconditioner, clusters, checkpoints, _tested_on(provenance),
-                                          _accusation_weight(provenance, signal)),
+                                          accusation_weight),
                      top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
                      warnings=_with_normalize_warning(notes, scores), provenance=provenance,
@@ -191,15 +196,6 @@ def _tested_on(provenance: Provenance) -> str | None:
     """The aggregation the clusters were tested on, from the config the report was made with."""
     attribution = provenance.config.get("attribution") or {}
     return attribution.get("aggregation")
-
-
-def _accusation_weight(provenance: Provenance, signal: Mapping[str, Any]) -> float | None:
-    """The generated weight a paired query's clusters and causes were tested at, where it is not the ranking's."""
-    evaluation = provenance.config.get("evaluation") or {}
-    accuse = evaluation.get("accusation_weight")
-    if accuse is None or accuse == evaluation.get("generated_weight") or signal.get("effective") not in PAIRED_SIGNALS:
-        return None
-    return float(accuse)
 
 
 def clusters_aggregation(method: Mapping[str, Any]) -> str:
