@@ -198,6 +198,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         item_blame = ItemBlameCollector()  # every example's per-item blame, for scores.csv, from the same read
         scores = score_with_config(index, preconditioned, config.attribution, item_ids=item_ids, item_sink=item_blame)
         blame_matrix = item_blame.matrix()
+    rescore = bool(canned) or len(weights) > 1  # the scores ranked again, once, from the final columns
     ensemble = None
     if config.attribution.checkpoints > 1:
         with stages.stage("checkpoints") as tick:
@@ -208,8 +209,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
             ensemble = score_checkpoints(ensemble_plan, loaded, blame_matrix, index.index_id, score_member,
                                          allow_pickle=allow_pickle)
             if ensemble.item_blame is not None:  # the report ranks by the summed blame from here on
-                blame_matrix = ensemble.item_blame
-                scores = _rescored(blame_matrix, scores, item_ids, config)
+                blame_matrix, rescore = ensemble.item_blame, True
     base_point = None
     if config.attribution.base_point > 0:
         with stages.stage("base point") as tick, base_point_weights(loaded) as view:
@@ -217,7 +217,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
                                                          signal_choice, item_ids, canned=canned, weights=weights,
                                                          progress=tick, say=say)
         blame_matrix = with_base_point(blame_matrix, base_blame, config.attribution.base_point, blocks=len(weights))
-        scores = _rescored(blame_matrix, scores, item_ids, config)
+        rescore = True
         base_point = base_point_record(config.attribution.base_point, base_index_id)
     ranked = _Columns(np.asarray(blame_matrix), preconditioned, np.asarray(queries), tuple(item_ids))
     tested = ranked  # the columns the clusters and causes are tested on: the ranking's, or the accusation weight's
@@ -227,7 +227,7 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
     if canned:  # the reply's whole-answer columns set apart: only a canned cause of its own is scored on them
         reply, ranked = ranked.set_apart(canned)
         tested_reply, tested = (reply, ranked) if len(weights) == 1 else tested.set_apart(canned)
-    if canned or len(weights) > 1:
+    if rescore:
         scores = _rescored(ranked.blame, scores, ranked.item_ids, config)
     tested_scores = _rescored(tested.blame, scores, tested.item_ids, config) if len(weights) > 1 else scores
     with stages.stage("clusters"):
