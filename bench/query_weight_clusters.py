@@ -1,7 +1,8 @@
 """What the paired query's generated weight does to the cluster tests: each case re-attributed at other weights.
 
 Each finished case's report is re-attributed through the product with the command it records, ``--set
-evaluation.generated_weight=W`` and ``--out`` under --workdir (a run already there is reused; checkpoint indexes come
+evaluation.generated_weight=W --set evaluation.accusation_weight=null`` (the clusters tested at W too) and ``--out``
+under --workdir (a run already there is reused; checkpoint indexes come
 from the index cache, so a re-attribution costs the scoring, not the index builds). Per case and weight: what is
 accused, the strongest cluster with its family-wise p, and --cluster's z and family-wise p. Built for the clean
 controls, where anything accused is wrong.
@@ -35,8 +36,16 @@ def reattributed(case: Path, weight: float, workdir: Path) -> Path:
         at = arguments.index("--out")
         arguments[at + 1] = str(out)
         subprocess.run([sys.executable, "-m", "gradian", *arguments[1:], "--set",  # past "gradian"
-                        f"evaluation.generated_weight={weight:g}"], check=True, stdout=subprocess.DEVNULL)
+                        f"evaluation.generated_weight={weight:g}", "--set", "evaluation.accusation_weight=null"],
+                       check=True, stdout=subprocess.DEVNULL)
     return out
+
+
+def tested_weight(report: Any) -> float:
+    """The generated weight a read report's clusters were tested at: evaluation.accusation_weight, if it set one."""
+    evaluation = report.provenance.config["evaluation"]
+    accuse = evaluation.get("accusation_weight")
+    return evaluation["generated_weight"] if accuse is None else accuse
 
 
 def cluster_row(report: Path, cluster: str) -> dict[str, Any]:
@@ -44,7 +53,7 @@ def cluster_row(report: Path, cluster: str) -> dict[str, Any]:
     from gradian.report.reader import read_report
 
     read = read_report(report)
-    weight = read.provenance.config["evaluation"]["generated_weight"]
+    weight = tested_weight(read)
     if not read.clusters:  # not attributed: the delta was not significant
         return {"weight": weight, "attributed": False}
     strongest, named = read.clusters[0], read.cluster(cluster)
@@ -57,7 +66,7 @@ def score(case: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The case's own report and each re-attribution at another weight than its own, read."""
     from gradian.report.reader import read_report
 
-    own = read_report(case / "report").provenance.config["evaluation"]["generated_weight"]
+    own = tested_weight(read_report(case / "report"))
     reports = [case / "report", *(reattributed(case, w, args.workdir) for w in args.weights if w != own)]
     rows = sorted((cluster_row(report, args.cluster) for report in reports), key=lambda row: row["weight"])
     return {"case": case.name, "cluster": args.cluster, "weights": rows}

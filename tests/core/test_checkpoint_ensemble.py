@@ -286,7 +286,7 @@ def test_the_accusation_weight_tests_as_a_run_at_it_and_ranks_as_a_run_at_the_ge
     tested = _attribute(trained, tiny_base_dir, tmp_path / "half", trained["adapter"], *run,
                         "--set", "evaluation.generated_weight=0.5")
     ranked = _attribute(trained, tiny_base_dir, tmp_path / "ranked", trained["adapter"], *run,
-                        "--set", "evaluation.generated_weight=0.75")
+                        "--set", "evaluation.generated_weight=0.75", "--set", "evaluation.accusation_weight=null")
     both = _attribute(trained, tiny_base_dir, tmp_path / "both", trained["adapter"], *run,
                       "--set", "evaluation.generated_weight=0.75", "--set", "evaluation.accusation_weight=0.5")
     def tests(report: dict) -> list[dict]:  # each cause as its cluster tests left it, not its ranking

@@ -86,9 +86,9 @@ def test_the_goal_table_scores_the_case_and_carries_it_once_gone(cases, tmp_path
     assert 0.0 <= row["recall_at_k"] <= 1.0 and row["planted_clusters"] == ["trivia_import"]
     # the shipped attribution.ranking and attribution.canned_replies, read from the report's provenance, and the
     # full Kronecker fit its one point took (kronecker_wide auto: the demo scores the adapter alone), and the
-    # shipped evaluation.generated_weight
+    # shipped evaluation.generated_weight and evaluation.accusation_weight
     assert row["ranking"] == ("smooth_max, kurtosis-weighted items, canned replies, cluster prior 1, generated term "
-                              "weighed 0.75, kronecker wide side full")
+                              "weighed 0.75, clusters tested at 0.5, kronecker wide side full")
     assert "| fact | 1 |" in out.with_suffix(".md").read_text()
     _carried_once_gone(goal_table, row, tmp_path / "elsewhere", out)
     _kept_when_asked(goal_table, cases, out)  # and an unknown case is refused:
@@ -782,18 +782,23 @@ def test_the_query_terms_table_splits_the_shipped_query_into_its_two_terms(cases
 
 @pytest.mark.slow
 def test_the_query_weight_bench_re_attributes_the_case_at_each_weight_once(cases, tmp_path):
+    from gradian.report.reader import read_report
+
     bench = bench_module("query_weight_clusters")
     out, workdir = tmp_path / "weights", tmp_path / "runs"
     arguments = ["--cases", str(cases), "tiny-fact-4", "--weights", "0.5", "0.75", "--workdir", str(workdir),
                  "--out", str(out)]
     assert bench.main(arguments) == 0
     row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
-    assert [w["weight"] for w in row["weights"]] == [0.5, 0.75]  # the re-attribution, then the case's own report
-    assert not (workdir / "tiny-fact-4-w0.75").exists()  # the case's own weight is its own report, not run again
+    assert [w["weight"] for w in row["weights"]] == [0.5, 0.75]
+    own = bench.tested_weight(read_report(cases / "tiny-fact-4" / "report"))  # the weight its clusters were tested at
+    other = 0.75 if own == 0.5 else 0.5
+    assert not (workdir / f"tiny-fact-4-w{own:g}").exists()  # the case's own weight is its own report, not run again
     assert all(w["attributed"] and w["strongest"] for w in row["weights"])
-    report = workdir / "tiny-fact-4-w0.5" / "report" / "report.json"
+    report = workdir / f"tiny-fact-4-w{other:g}" / "report" / "report.json"
     written = json.loads(report.read_text())
-    assert written["provenance"]["config"]["evaluation"]["generated_weight"] == 0.5
+    evaluation = written["provenance"]["config"]["evaluation"]
+    assert evaluation["generated_weight"] == other and evaluation["accusation_weight"] is None  # tested at it
     assert written["provenance"]["index_id"] == json.loads(
         (cases / "tiny-fact-4" / "report" / "report.json").read_text())["provenance"]["index_id"]  # the case's index
     first = report.stat().st_mtime_ns
