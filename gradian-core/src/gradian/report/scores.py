@@ -95,18 +95,8 @@ def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | 
     names = tuple(cluster_names) if cluster_names is not None else (None,) * len(scores)
     blocked = set(accused)
     columns = tuple(item_ids) if item_ids is not None else tuple(scores.item_ids)
-    per_item = None
-    if item_blame is not None:
-        per_item = np.asarray(item_blame, dtype=np.float64)
-        if per_item.shape != (len(scores), len(columns)):
-            raise ValueError("item_blame needs one row per example and one column per item")
-        per_item = per_item[order]
-    tested = None
-    if tested_blame is not None:
-        tested = np.asarray(tested_blame, dtype=np.float64)
-        if tested.shape != (len(scores), len(tested_item_ids)):
-            raise ValueError("tested_blame needs one row per example and one column per tested item")
-        tested = tested[order]
+    per_item = _in_row_order(item_blame, order, len(columns), "item_blame")
+    tested = _in_row_order(tested_blame, order, len(tested_item_ids), "tested_blame")
     return ScoreTable(
         position=order, ids=tuple(scores.ids[p] for p in order),
         rank=ranks[order], blame=blame[order],
@@ -115,6 +105,16 @@ def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | 
         cause_blame=tuple(np.asarray(cause, dtype=np.float64)[order] for cause in cause_blame),
         ranking="blame" if overall is None else "overall",
         tested_items=tuple(tested_item_ids) if tested is not None else (), tested_blame=tested)
+
+
+def _in_row_order(matrix: np.ndarray | None, order: np.ndarray, columns: int, name: str) -> np.ndarray | None:
+    """An [examples, columns] per-item matrix by position, as float64 in the table's row order (None stays None)."""
+    if matrix is None:
+        return None
+    values = np.asarray(matrix, dtype=np.float64)
+    if values.shape != (len(order), columns):
+        raise ValueError(f"{name} needs one row per example and one column per item")
+    return values[order]
 
 
 def csv_rows(table: ScoreTable) -> Iterator[list[str]]:
