@@ -24,6 +24,7 @@ from gradian.query.spans import SpanBlame
 from gradian.report import (
     NO_CAPABILITY_TARGET_TEXT,
     SCHEMA,
+    ItemColumns,
     Provenance,
     ReportWarning,
     attribution_report,
@@ -292,7 +293,7 @@ def _read_scores_csv(path):
 def test_scores_csv_holds_every_example_most_blamed_first_with_its_cluster(tmp_path):
     report, scores, clusters = _attributed()
     matrix = np.arange(len(scores) * len(scores.item_ids), dtype=np.float64).reshape(len(scores), -1) / 7
-    files = write_report(report, tmp_path, scores=scores, clusters=clusters, item_blame=matrix)
+    files = write_report(report, tmp_path, scores=scores, clusters=clusters, items=ItemColumns(matrix, scores.item_ids))
     rows = _read_scores_csv(tmp_path / "scores.csv")
     assert len(rows) == len(scores) and [int(r["rank"]) for r in rows] == list(range(1, len(scores) + 1))
     assert [r["id"] for r in rows[:5]] == list(scores.top_ids())
@@ -325,8 +326,8 @@ def test_the_blame_the_clusters_were_tested_on_follows_the_item_columns_in_both_
     shape = (len(scores), len(scores.item_ids))
     matrix, tested = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) / 7, np.full(shape, -1.5)
     tested[:, 0] = np.arange(len(scores)) / 3
-    files = write_report(report, tmp_path, scores=scores, clusters=clusters, item_blame=matrix,
-                         tested_blame=tested, tested_item_ids=scores.item_ids)
+    files = write_report(report, tmp_path, scores=scores, clusters=clusters, items=ItemColumns(matrix, scores.item_ids),
+                         tested=ItemColumns(tested, scores.item_ids))
     rows = _read_scores_csv(tmp_path / "scores.csv")
     names = [*(f"item:{item}" for item in scores.item_ids), *(f"tested:{item}" for item in scores.item_ids)]
     assert list(rows[0])[-len(names):] == names

@@ -59,6 +59,7 @@ from gradian.pipelines.span_drill import PointQueries, ScoredPoint, span_drills
 from gradian.query import query_terms
 from gradian.query.signals import PAIRED, shared_answers
 from gradian.report import (
+    ItemColumns,
     Provenance,
     ReportFiles,
     ReportWarning,
@@ -256,9 +257,10 @@ def attribute(*, base_model: str, adapter: str | Path | None, dataset: str | Pat
         drills = span_drills(loaded, examples, scores, points, config, allow_pickle=allow_pickle)
     return _write(config, out, stages, command, index=index, scores=scores, capability=capability,
                   preconditioner=preconditioner, clusters=clusters, drills=drills, examples=examples,
-                  signal_choice=signal_choice, warnings=_model_warnings(loaded), item_blame=ranked.blame,
-                  item_ids=ranked.item_ids, causes=causes, ensemble=ensemble, base_point=base_point,
-                  tested=(tested, weights[1]) if len(weights) > 1 else None)
+                  signal_choice=signal_choice, warnings=_model_warnings(loaded), items=ranked.written(),
+                  causes=causes, ensemble=ensemble, base_point=base_point,
+                  tested=tested.written() if len(weights) > 1 else None,
+                  accusation_weight=weights[1] if len(weights) > 1 else None)
 
 
 def _rescored(blame_matrix: np.ndarray, scores: ExampleScores, item_ids: Sequence[str],
@@ -553,6 +555,10 @@ class _Columns:
         """The items' preconditioned query inner products [columns, columns], what causes are grouped by."""
         return self.preconditioned @ self.queries.T
 
+    def written(self) -> ItemColumns:
+        """The blame as the scores files' per-item columns."""
+        return ItemColumns(self.blame, self.item_ids)
+
 
 def _fallback_queries(index: Index, examples: Sequence[Example],
                       config: GradianConfig) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -601,12 +607,11 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
            index: Index, scores: ExampleScores, capability: CapabilityResult | None,
            preconditioner: Preconditioner, clusters: ClusterResult, drills: list[SpanDrill],
            examples: Sequence[Example], signal_choice: QuerySignalChoice, warnings: Sequence[ReportWarning] = (),
-           item_blame: np.ndarray | None = None, item_ids: Sequence[str] | None = None,
-           causes: CauseSplit | None = None, ensemble: EnsembleBlame | None = None,
-           base_point: dict[str, Any] | None = None,
-           tested: tuple[_Columns, float] | None = None) -> AttributionOutcome:
-    """Write the report; ``tested`` is the columns the clusters and causes were tested on and their generated weight,
-    where that was not the ranking's."""
+           items: ItemColumns | None = None, causes: CauseSplit | None = None,
+           ensemble: EnsembleBlame | None = None, base_point: dict[str, Any] | None = None,
+           tested: ItemColumns | None = None, accusation_weight: float | None = None) -> AttributionOutcome:
+    """Write the report; ``tested`` is the per-item blame the clusters and causes were tested on and
+    ``accusation_weight`` its generated weight, where that was not the ranking's."""
     texts = {example.id: example.supervised_text or example.text or "" for example in examples}
     provenance = _provenance(config, command, index)
     members = (*(ensemble.members if ensemble is not None else ()), *((base_point,) if base_point else ()))
@@ -620,14 +625,11 @@ def _write(config: GradianConfig, out: str | Path, stages: _Stages, command: Seq
         report = attribution_report(scores=scores, capability=capability, preconditioner=preconditioner,
                                     texts=texts, provenance=provenance, clusters=clusters, spans=drills,
                                     query_signal=signal_choice, warnings=warnings, causes=causes,
-                                    checkpoints=members, accusation_weight=tested[1] if tested else None)
+                                    checkpoints=members, accusation_weight=accusation_weight)
     split = causes is not None and len(causes.causes) > 1
     cause_blame = [cause.scores.blame for cause in causes.causes] if split else []
-    files = write_report(report, Path(out), scores=scores, clusters=clusters, item_blame=item_blame,
-                         item_ids=item_ids, cause_blame=cause_blame,
-                         overall_blame=causes.overall_blame() if split else None,
-                         tested_blame=tested[0].blame if tested else None,
-                         tested_item_ids=tested[0].item_ids if tested else ())
+    files = write_report(report, Path(out), scores=scores, clusters=clusters, items=items, cause_blame=cause_blame,
+                         overall_blame=causes.overall_blame() if split else None, tested=tested)
     return AttributionOutcome(_as_written(files), Path(out), files, index, dict(stages.timings))
 
 

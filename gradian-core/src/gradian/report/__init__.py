@@ -1,9 +1,9 @@
 """Reports: report.json (versioned schema), report.md and report.html rendered from it, every score, plots.
 
 Build a report dict with ``attribution_report`` / ``no_capability_target_report`` / ``refusal_report``, then
-``write_report(report, out_dir, scores=..., clusters=..., item_blame=...)``; read one back as typed records with
-``read_report(out_dir)``. matplotlib is imported only when plots are drawn, pyarrow only when scores.parquet is
-written.
+``write_report(report, out_dir, scores=..., clusters=..., items=ItemColumns(blame, item_ids))``; read one back as
+typed records with ``read_report(out_dir)``. matplotlib is imported only when plots are drawn, pyarrow only when
+scores.parquet is written.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from gradian.report.json_report import (
 )
 from gradian.report.markdown import render_markdown
 from gradian.report.reader import Report, parse_report, read_report
+from gradian.report.scores import ItemColumns
 from gradian.report.writer import ReportFiles, write_report
 
 __all__ = [
     "NO_CAPABILITY_TARGET_CODE",
     "NO_CAPABILITY_TARGET_TEXT",
     "SCHEMA",
+    "ItemColumns",
     "Provenance",
     "Report",
     "ReportFiles",

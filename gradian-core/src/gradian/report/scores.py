@@ -42,6 +42,14 @@ PARQUET_MISSING_NOTE = "scores.parquet skipped: pyarrow is not installed (pip in
 
 
 @dataclass(frozen=True)
+class ItemColumns:
+    """Per-item blame ``[examples, items]`` by position, and the eval items its columns are."""
+
+    blame: np.ndarray
+    item_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ScoreTable:
     """Every example's scores as columns, rows most blamed first; ``items`` are the per-item columns' eval ids."""
 
@@ -76,16 +84,13 @@ def parquet_available() -> bool:
 
 
 def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | None = None,
-                accused: Sequence[str] = (), item_blame: np.ndarray | None = None,
-                item_ids: Sequence[str] | None = None, cause_blame: Sequence[np.ndarray] = (),
-                overall: np.ndarray | None = None, tested_blame: np.ndarray | None = None,
-                tested_item_ids: Sequence[str] = ()) -> ScoreTable:
-    """The table of an ExampleScores, ``cluster_names`` per position and the ``[examples, items]`` per-item blame.
+                accused: Sequence[str] = (), items: ItemColumns | None = None, cause_blame: Sequence[np.ndarray] = (),
+                overall: np.ndarray | None = None, tested: ItemColumns | None = None) -> ScoreTable:
+    """The table of an ExampleScores, ``cluster_names`` per position and ``items``, the per-item blame columns.
 
-    ``item_ids`` names the per-item columns when they are not the scores' own items (every regressed item, when the
-    blame is one cause's); ``cause_blame`` is each cause's blame by position, when there are several; ``overall``
-    (by position) replaces the scores' blame and rank: the causes' overall ranking; ``tested_blame``
-    ``[examples, tested items]`` is the per-item blame the clusters and causes were tested on, where that differs.
+    ``cause_blame`` is each cause's blame by position, when there are several; ``overall`` (by position) replaces
+    the scores' blame and rank: the causes' overall ranking; ``tested`` is the per-item blame the clusters and
+    causes were tested on, where that differs from ``items``.
     """
     blame = np.asarray(scores.blame if overall is None else overall, dtype=np.float64)
     if blame.shape != (len(scores),):
@@ -94,25 +99,24 @@ def score_table(scores: ExampleScores, *, cluster_names: Sequence[str | None] | 
     order = np.argsort(ranks, kind="stable")
     names = tuple(cluster_names) if cluster_names is not None else (None,) * len(scores)
     blocked = set(accused)
-    columns = tuple(item_ids) if item_ids is not None else tuple(scores.item_ids)
-    per_item = _in_row_order(item_blame, order, len(columns), "item_blame")
-    tested = _in_row_order(tested_blame, order, len(tested_item_ids), "tested_blame")
+    per_item = _in_row_order(items, order, "items")
+    tested_blame = _in_row_order(tested, order, "tested")
     return ScoreTable(
         position=order, ids=tuple(scores.ids[p] for p in order),
         rank=ranks[order], blame=blame[order],
         cluster=tuple(names[p] for p in order), accused=np.array([names[p] in blocked for p in order], dtype=bool),
-        items=columns if per_item is not None else (), item_blame=per_item,
+        items=tuple(items.item_ids) if items is not None else (), item_blame=per_item,
         cause_blame=tuple(np.asarray(cause, dtype=np.float64)[order] for cause in cause_blame),
         ranking="blame" if overall is None else "overall",
-        tested_items=tuple(tested_item_ids) if tested is not None else (), tested_blame=tested)
+        tested_items=tuple(tested.item_ids) if tested is not None else (), tested_blame=tested_blame)
 
 
-def _in_row_order(matrix: np.ndarray | None, order: np.ndarray, columns: int, name: str) -> np.ndarray | None:
-    """An [examples, columns] per-item matrix by position, as float64 in the table's row order (None stays None)."""
-    if matrix is None:
+def _in_row_order(columns: ItemColumns | None, order: np.ndarray, name: str) -> np.ndarray | None:
+    """Per-item columns' blame as float64 in the table's row order (None stays None)."""
+    if columns is None:
         return None
-    values = np.asarray(matrix, dtype=np.float64)
-    if values.shape != (len(order), columns):
+    values = np.asarray(columns.blame, dtype=np.float64)
+    if values.shape != (len(order), len(columns.item_ids)):
         raise ValueError(f"{name} needs one row per example and one column per item")
     return values[order]
 

@@ -42,13 +42,11 @@ class ReportFiles:
 
 def write_report(report: Mapping[str, Any], out_dir: Path, *, scores: ExampleScores | None = None,
                  clusters: ClusterResult | None = None, draw_plots: bool = True,
-                 item_blame: np.ndarray | None = None, item_ids: Sequence[str] | None = None,
-                 cause_blame: Sequence[np.ndarray] = (), overall_blame: np.ndarray | None = None,
-                 tested_blame: np.ndarray | None = None, tested_item_ids: Sequence[str] = ()) -> ReportFiles:
-    """Write the report directory; ``item_blame`` [examples, items] adds per-item columns to the scores files,
-    named by ``item_ids`` (default: the scores' items), ``cause_blame`` one column per cause, ``overall_blame``
-    ranks them instead of the scores' blame, and ``tested_blame`` adds the per-item blame the clusters and causes
-    were tested on at another generated weight, named by ``tested_item_ids``."""
+                 items: score_files.ItemColumns | None = None, cause_blame: Sequence[np.ndarray] = (),
+                 overall_blame: np.ndarray | None = None, tested: score_files.ItemColumns | None = None) -> ReportFiles:
+    """Write the report directory; ``items`` adds per-item columns to the scores files, ``cause_blame`` one column
+    per cause, ``overall_blame`` ranks them instead of the scores' blame, and ``tested`` adds the per-item blame the
+    clusters and causes were tested on at another generated weight."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -59,8 +57,7 @@ def write_report(report: Mapping[str, Any], out_dir: Path, *, scores: ExampleSco
         report["plots"] = {"files": files, "note": note}
     else:
         report["plots"] = {"files": [], "note": None if report.get("method") is None else "Plots not requested."}
-    score_paths = _write_scores(report, out_dir, scores, clusters, item_blame, item_ids, cause_blame, overall_blame,
-                                tested_blame, tested_item_ids)
+    score_paths = _write_scores(report, out_dir, scores, clusters, items, cause_blame, overall_blame, tested)
     manifest = _write_manifest(report, out_dir)
     json_path, markdown_path, html_path = out_dir / JSON_NAME, out_dir / MARKDOWN_NAME, out_dir / HTML_NAME
     write_atomic(json_path, render_json(report).encode("utf-8"))
@@ -72,10 +69,9 @@ def write_report(report: Mapping[str, Any], out_dir: Path, *, scores: ExampleSco
 
 
 def _write_scores(report: dict[str, Any], out_dir: Path, scores: ExampleScores | None,
-                  clusters: ClusterResult | None, item_blame: np.ndarray | None,
-                  item_ids: Sequence[str] | None = None, cause_blame: Sequence[np.ndarray] = (),
-                  overall_blame: np.ndarray | None = None, tested_blame: np.ndarray | None = None,
-                  tested_item_ids: Sequence[str] = ()) -> tuple[Path, ...]:
+                  clusters: ClusterResult | None, items: score_files.ItemColumns | None = None,
+                  cause_blame: Sequence[np.ndarray] = (), overall_blame: np.ndarray | None = None,
+                  tested: score_files.ItemColumns | None = None) -> tuple[Path, ...]:
     """Write scores.csv (and scores.parquet with pyarrow); record them in ``report["scores"]``."""
     stale = out_dir / score_files.SCORES_PARQUET
     if report.get("method") is None:  # a refusal scores nothing
@@ -88,9 +84,8 @@ def _write_scores(report: dict[str, Any], out_dir: Path, scores: ExampleScores |
     if clusters is not None:
         names = [clusters.assignment.names[label] for label in clusters.assignment.labels]
     table = score_files.score_table(scores, cluster_names=names, accused=score_files.accused_names(report),
-                                    item_blame=item_blame, item_ids=item_ids, cause_blame=cause_blame,
-                                    overall=overall_blame, tested_blame=tested_blame,
-                                    tested_item_ids=tested_item_ids)
+                                    items=items, cause_blame=cause_blame, overall=overall_blame,
+                                    tested=tested)
     paths = [out_dir / score_files.SCORES_CSV]
     with atomic_file(paths[0]) as handle:
         score_files.write_csv(table, handle)
