@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -146,6 +148,33 @@ def test_dry_run_lists_and_removes_nothing_then_partial_removes_only_the_killed_
     assert [e["id"] for e in listing(capsys)["entries"]] == [e["id"] for e in before["entries"] if e["kind"] != "partial"]
 
 
+def dead_fit(index_dir: Path, size: int) -> Path:
+    """The half-written Kronecker fit a SIGKILLed attribute leaves in an index: named by a process that has exited."""
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                            check=True)
+    fit = index_dir / f"kronecker-eigen.npy.{int(exited.stdout)}.k1ll3d.partial"
+    fit.write_bytes(b"\0" * size)
+    return fit
+
+
+def test_a_killed_kronecker_fit_inside_an_index_is_listed_and_pruned_as_partial_but_a_running_one_is_not(cache, capsys):
+    index = next(e for e in by_kind(listing(capsys), "index") if e["index"]["storage_dtype"] == "float32")
+    folder = Path(index["path"])
+    fit = dead_fit(folder, 4096)
+    running = folder / f"kronecker-eigen.npy.{os.getpid()}.w0rk1n.partial"  # this process is writing it
+    running.write_bytes(b"\0" * 100)
+    data = listing(capsys)
+    [listed] = [e for e in by_kind(data, "partial") if Path(e["path"]) == fit]
+    assert listed["size_bytes"] == 4096 and listed["note"] == (f"half-written kronecker fit in index {index['id']}, "
+                                                                "its process gone")
+    assert not any(Path(e["path"]) == running for e in data["entries"])
+    assert data["total_bytes"] == sum(e["size_bytes"] for e in data["entries"]) == tree_size(cache)  # counted once
+    code, out, err = run_cli(capsys, "cache", "prune", "--partial")
+    assert code == 0, err
+    assert f"removed partial {fit.name}" in out and not fit.exists()
+    assert running.is_file() and (folder / "manifest.json").is_file()
+
+
 def test_older_than_uses_the_manifest_created_time_and_the_newest_mtime(cache, capsys):
     data = listing(capsys)
     old_index = next(e for e in by_kind(data, "index") if e["index"]["storage_dtype"] == "float16")
@@ -167,8 +196,11 @@ def test_older_than_uses_the_manifest_created_time_and_the_newest_mtime(cache, c
 
 
 def test_all_removes_what_gradian_wrote_and_never_follows_a_symlink_out(cache, capsys, tmp_path):
+    index = next(e for e in by_kind(listing(capsys), "index") if e["index"]["storage_dtype"] == "float16")
+    fit = dead_fit(Path(index["path"]), 64)  # removed with its index, not reported as failing after it
     code, out, err = run_cli(capsys, "cache", "prune", "--all")
     assert code == 0, err
+    assert f"removed partial {fit.name}" in out and not Path(index["path"]).exists()
     assert "removed index " in out and "removed model " in out and "removed demo fact-0" in out
     assert "left alone (not written by Gradian): indexes/linked, notes" in err
     assert sorted(e["id"] for e in listing(capsys)["entries"]) == ["indexes/linked", "notes"]

@@ -7,6 +7,7 @@ never sees half an index and an interrupted removal leaves a dir the next listin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gradian.attribution.kronecker_eigen import dead_partials
 from gradian.cache import cache_dir
 from gradian.errors import GradianError, GradientIndexError
 from gradian.index.manifest import MANIFEST_NAME, Manifest, read_manifest
@@ -156,8 +158,12 @@ def match_id(entries: Sequence[CacheEntry], prefix: str) -> list[CacheEntry]:
 def remove_entries(entries: Iterable[CacheEntry], root: Path) -> tuple[list[CacheEntry], list[tuple[CacheEntry, str]]]:
     """Delete entries (each renamed out of the way first); the removed ones, and the ones that failed with why."""
     root = Path(root).resolve()
-    removed, failed = [], []
+    removed: list[CacheEntry] = []
+    failed: list[tuple[CacheEntry, str]] = []
     for entry in entries:
+        if any(entry.path.is_relative_to(gone.path) for gone in removed):
+            removed.append(entry)  # inside an entry already removed: a fit in a removed index
+            continue
         try:
             _remove(entry, root)
         except OSError as error:
@@ -171,9 +177,12 @@ def _remove(entry: CacheEntry, root: Path) -> None:
     path = entry.path
     if not entry.removable:
         raise OSError(f"{path} is not an entry Gradian recognises")
-    # Checked again at removal time: the dir must still be a real dir whose real parent is inside the cache dir.
-    if path.is_symlink() or not path.is_dir() or not path.parent.resolve().is_relative_to(root):
-        raise OSError(f"{path} is no longer a directory inside {root}")
+    # Checked again at removal time: a real dir (or a fit's file) whose real parent is inside the cache dir.
+    if path.is_symlink() or not (path.is_dir() or path.is_file()) or not path.parent.resolve().is_relative_to(root):
+        raise OSError(f"{path} is no longer inside {root}")
+    if path.is_file():
+        path.unlink()  # one file is gone at once: no half of it for a reader to see
+        return
     doomed = path.parent / f".{path.name.lstrip('.')}{_REMOVING}{secrets.token_hex(4)}"
     os.rename(path, doomed)
     shutil.rmtree(doomed)
@@ -183,7 +192,8 @@ def _remove(entry: CacheEntry, root: Path) -> None:
 
 
 def _index_entries(directory: Path, root: Path) -> list[CacheEntry]:
-    """``indexes/<id>`` (finished), ``.<id>.partial`` (a build in progress or killed), leftovers of a swap."""
+    """``indexes/<id>`` (finished), ``.<id>.partial`` (a build in progress or killed), leftovers of a swap, and the
+    half-written Kronecker fits a killed attribute leaves inside a finished index."""
     entries = []
     for child in sorted(directory.iterdir()):
         name = child.name
@@ -201,7 +211,13 @@ def _index_entries(directory: Path, root: Path) -> list[CacheEntry]:
             except GradientIndexError as error:
                 entries.append(_entry("index", child, root, id=name, note=f"unreadable: {error.message}"))
             else:
-                entries.append(_entry("index", child, root, id=summary.index_id, index=summary))
+                fits = [_entry("partial", fit, root, note=f"half-written kronecker fit in index {summary.index_id}, "
+                                                         "its process gone")
+                        for fit in dead_partials(child)]
+                index = _entry("index", child, root, id=summary.index_id, index=summary)
+                # The index's size leaves out the fits inside it, listed on their own, so the sizes add up.
+                entries.append(dataclasses.replace(index, size_bytes=index.size_bytes - sum(f.size_bytes for f in fits)))
+                entries.extend(fits)
         else:
             entries.append(_entry("other", child, root))
     return entries

@@ -135,12 +135,20 @@ def kronecker_eigen(index: Index, chunk_bytes: int) -> KroneckerEigen:
     return KroneckerEigen(np.load(index.path / CACHE_NAME, mmap_mode="r", allow_pickle=False), matrices, record)
 
 
-def _remove_dead_partials(directory: Path) -> None:
-    """Remove the half-written fits of processes that no longer run (a SIGKILL skips the cleanup): 1.2 GB each."""
-    for path in directory.glob(f"{CACHE_NAME}.*.partial"):
+def dead_partials(directory: Path) -> list[Path]:
+    """The half-written fits in an index dir whose process no longer runs (a SIGKILL skips the cleanup)."""
+    dead = []
+    for path in sorted(directory.glob(f"{CACHE_NAME}.*.partial")):
         pid = path.name.removeprefix(CACHE_NAME + ".").split(".")[0]
-        if pid.isdigit() and not _running(int(pid)):
-            path.unlink(missing_ok=True)
+        if pid.isdigit() and not _running(int(pid)) and not path.is_symlink():
+            dead.append(path)
+    return dead
+
+
+def _remove_dead_partials(directory: Path) -> None:
+    """Remove the half-written fits of processes that no longer run: 1.2 GB each."""
+    for path in dead_partials(directory):
+        path.unlink(missing_ok=True)
 
 
 def _running(pid: int) -> bool:

@@ -70,7 +70,7 @@ def list_cache(output_format: FormatOption = "table", json_output: JsonFlag = Fa
 def prune(
     older_than: Annotated[Optional[str], typer.Option("--older-than", help="Entries older than this age: 7d, 12h, 30m (an index's age is from its manifest's created time).", show_default=False)] = None,
     ids: Annotated[Optional[list[str]], typer.Option("--id", help="The entry with this id or id prefix (repeatable); `gradian cache list` shows the ids.", show_default=False)] = None,
-    partial: Annotated[bool, typer.Option("--partial", help="Half-built dirs: killed index builds and model conversions (a build running now loses its finished shards).")] = False,
+    partial: Annotated[bool, typer.Option("--partial", help="Half-built dirs and files: killed index builds, model conversions and Kronecker fits (a build running now loses its finished shards).")] = False,
     everything: Annotated[bool, typer.Option("--all", help="Every entry Gradian recognises (dirs it did not write are left alone).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be removed and remove nothing.")] = False,
     output_format: FormatOption = "table",
