@@ -96,10 +96,17 @@ def query_label(config: Mapping[str, Any]) -> str:
     evaluation = config.get("evaluation") or {}
     weight = evaluation.get("generated_weight", 0.5)
     label = f", generated term weighed {weight:g}" if weight != 0.5 else ""
-    accuse = evaluation.get("accusation_weight")
-    if accuse is not None and accuse != weight:  # evaluation.accusation_weight: clusters tested at another weight
+    accuse = tested_weight(evaluation)
+    if accuse != weight:  # evaluation.accusation_weight: clusters tested at another weight
         label += f", clusters tested at {accuse:g}"
     return label
+
+
+def tested_weight(evaluation: Mapping[str, Any]) -> float:
+    """The paired query's generated weight a report's clusters were tested at, from its config's evaluation section:
+    ``accusation_weight`` where set, else the ranking's ``generated_weight`` (0.5 before that key existed)."""
+    accuse = evaluation.get("accusation_weight")
+    return evaluation.get("generated_weight", 0.5) if accuse is None else accuse
 
 
 def wide_side_label(document: Mapping[str, Any]) -> str:
@@ -228,14 +235,16 @@ def _overall(case: dict[str, Any]) -> str:
             f"{_number(case['overall_recall_at_k'])} / {_number(case['overall_auprc'])}")
 
 
-def report_item_blame(report_dir: Path) -> tuple[list[dict[str, str]], list[str], np.ndarray]:
-    """The report's scores.csv rows by position, its item ids and their per-item blame [rows, items]."""
+def report_item_blame(report_dir: Path, prefix: str | None = None) -> tuple[list[dict[str, str]], list[str], np.ndarray]:
+    """The report's scores.csv rows by position, its item ids and their per-item blame [rows, items]: the columns
+    named ``prefix`` + item (default ``item:``, the ranking's; ``tested:``, what the clusters were tested on)."""
     from gradian.report.scores import ITEM_PREFIX
 
+    prefix = ITEM_PREFIX if prefix is None else prefix
     with (report_dir / "scores.csv").open(newline="", encoding="utf-8") as handle:
         rows = sorted(csv.DictReader(handle), key=lambda r: int(r["position"]))
-    item_ids = [name.removeprefix(ITEM_PREFIX) for name in rows[0] if name.startswith(ITEM_PREFIX)]
-    return rows, item_ids, np.array([[float(r[ITEM_PREFIX + item]) for item in item_ids] for r in rows])
+    item_ids = [name.removeprefix(prefix) for name in rows[0] if name.startswith(prefix)]
+    return rows, item_ids, np.array([[float(r[prefix + item]) for item in item_ids] for r in rows])
 
 
 def cause_blames(report_dir: Path) -> tuple[dict[str, Any], list[np.ndarray]] | None:

@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # finished_cases, next to this file
 
 from finished_cases import carried_note, carrying_main, has_report  # noqa: E402
+from goal_table import tested_weight  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "query_weight_clusters"
 
@@ -41,19 +42,12 @@ def reattributed(case: Path, weight: float, workdir: Path) -> Path:
     return out
 
 
-def tested_weight(report: Any) -> float:
-    """The generated weight a read report's clusters were tested at: evaluation.accusation_weight, if it set one."""
-    evaluation = report.provenance.config["evaluation"]
-    accuse = evaluation.get("accusation_weight")
-    return evaluation["generated_weight"] if accuse is None else accuse
-
-
 def cluster_row(report: Path, cluster: str) -> dict[str, Any]:
     """What one report's cluster test says: accused, the strongest cluster, and ``cluster``'s z and p."""
     from gradian.report.reader import read_report
 
     read = read_report(report)
-    weight = tested_weight(read)
+    weight = tested_weight(read.provenance.config["evaluation"])
     if not read.clusters:  # not attributed: the delta was not significant
         return {"weight": weight, "attributed": False}
     strongest, named = read.clusters[0], read.cluster(cluster)
@@ -66,7 +60,7 @@ def score(case: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The case's own report and each re-attribution at another weight than its own, read."""
     from gradian.report.reader import read_report
 
-    own = tested_weight(read_report(case / "report"))
+    own = tested_weight(read_report(case / "report").provenance.config["evaluation"])
     reports = [case / "report", *(reattributed(case, w, args.workdir) for w in args.weights if w != own)]
     rows = sorted((cluster_row(report, args.cluster) for report in reports), key=lambda row: row["weight"])
     return {"case": case.name, "cluster": args.cluster, "weights": rows}

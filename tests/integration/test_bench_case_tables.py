@@ -791,7 +791,8 @@ def test_the_query_weight_bench_re_attributes_the_case_at_each_weight_once(cases
     assert bench.main(arguments) == 0
     row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
     assert [w["weight"] for w in row["weights"]] == [0.5, 0.75]
-    own = bench.tested_weight(read_report(cases / "tiny-fact-4" / "report"))  # the weight its clusters were tested at
+    own = bench.tested_weight(  # the weight its clusters were tested at
+        read_report(cases / "tiny-fact-4" / "report").provenance.config["evaluation"])
     other = 0.75 if own == 0.5 else 0.5
     assert not (workdir / f"tiny-fact-4-w{own:g}").exists()  # the case's own weight is its own report, not run again
     assert all(w["attributed"] and w["strongest"] for w in row["weights"])
