@@ -70,7 +70,7 @@ def family_wise(blame: np.ndarray, assignment: Any, test: str, top_k: int, seed:
 
 
 def score_case(directory: Path, _args: argparse.Namespace) -> dict[str, Any]:
-    """One case: its planted host(s), the report's verdict, and each test's strongest cluster and the hosts' p."""
+    """One case: its planted host(s), the report's verdict, and each test's family-wise p of every cluster."""
     from goal_table import case_name, case_scenario
 
     from gradian.attribution.clusters import clusters_from_field
@@ -88,7 +88,7 @@ def score_case(directory: Path, _args: argparse.Namespace) -> dict[str, Any]:
     for test in TESTS:
         p = family_wise(blame, assignment, test, settings["top_k"], settings["seed"])
         strongest = min(p, key=lambda name: (p[name], name))
-        row["tests"][test] = {"strongest": strongest, "p": p[strongest], "hosts": {host: p[host] for host in hosts},
+        row["tests"][test] = {"strongest": strongest, "p": p,
                               "accused": sorted(name for name, value in p.items() if value < ALPHA)}
     return row
 
@@ -96,7 +96,7 @@ def score_case(directory: Path, _args: argparse.Namespace) -> dict[str, Any]:
 def _cell(test: dict[str, Any], hosts: list[str]) -> str:
     """What a test accuses (the hosts marked), then the family-wise p of each host it does not accuse."""
     accused = ", ".join(f"`{name}`" + (" (host)" if name in hosts else "") for name in test["accused"]) or "nothing"
-    missed = "; ".join(f"`{host}` p {test['hosts'][host]:.2g}" for host in hosts if host not in test["accused"])
+    missed = "; ".join(f"`{host}` p {test['p'][host]:.2g}" for host in hosts if host not in test["accused"])
     return accused + (f" ({missed})" if missed else "")
 
 

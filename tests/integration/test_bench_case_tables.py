@@ -805,3 +805,24 @@ def test_the_query_weight_bench_re_attributes_the_case_at_each_weight_once(cases
     first = report.stat().st_mtime_ns
     assert bench.main(arguments) == 0 and report.stat().st_mtime_ns == first  # reused, not run again
     assert "| tiny-fact-4 | " in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+def test_the_cluster_tests_table_gives_the_reports_own_test_before_the_jackknife(cases, tmp_path):
+    bench = bench_module("cluster_tests")
+    out = tmp_path / "tests"
+    assert bench.main(["--cases", str(cases), "tiny-fact-4", "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert row["hosts"] == ["trivia_import"] and set(row["tests"]) == {"mean", "ranks", "top-k"}
+    document = json.loads((cases / "tiny-fact-4" / "report" / "report.json").read_text())
+    causes = document.get("causes") or []
+    assert len(causes) <= 1  # one cause of every item: the report tested its clusters on the blame the bench reads
+    shipped = {cluster["name"]: cluster for cluster in document["clusters"]["ranked"]}
+    mean = row["tests"]["mean"]
+    assert set(mean["p"]) == set(shipped) and mean["strongest"] == min(mean["p"], key=lambda name: (mean["p"][name], name))
+    for name, cluster in shipped.items():  # the jackknife only ever raises an accused cluster's p
+        if cluster["accused"]:
+            assert cluster["p_adjusted"] >= mean["p"][name], name
+        else:
+            assert cluster["p_adjusted"] == mean["p"][name], name
+    assert all(0.0 < value <= 1.0 for test in row["tests"].values() for value in test["p"].values())
