@@ -35,6 +35,7 @@ from gradian.attribution.results import (
 )
 from gradian.evaluation.capability import CapabilityResult, refusal_message
 from gradian.evaluation.query_signal import QuerySignalChoice
+from gradian.report.reply_teachers import ReplyTeachers, reply_teachers
 
 if TYPE_CHECKING:
     from gradian.query.spans import SpanBlame
@@ -119,10 +120,14 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     capability_dict = capability_summary(capability)
     top = _top_examples(scores, texts, clusters, top_k)
     accused = _accused(clusters, causes)
+    teachers = reply_teachers(capability, causes, texts, scores.ids, [row["id"] for row in top], clusters)
+    teaching = teachers if teachers is not None and teachers.stands_out else None
     headline = (f"Attributed: cluster {_named(accused)} {'is' if len(accused) == 1 else 'are'} blamed." if accused
+                else "Attributed: no cluster stands out; the most blamed examples teach the canned reply." if teaching
                 else "Attributed: no cluster stands out; read the top examples.")
-    summary = f"{_attributed_summary(capability_dict, top, clusters)} {_causes_sentence(causes)}".strip()
-    verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused)}
+    summary = f"{_attributed_summary(capability_dict, top, clusters, teaching)} {_causes_sentence(causes)}".strip()
+    verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused),
+               **({"reply_teachers": teachers.to_dict()} if teachers is not None else {})}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
                      method=method_summary(scores, preconditioner, clusters, checkpoints, _tested_on(provenance),
                                           accusation_weight),
@@ -407,7 +412,8 @@ def _named(accused: Sequence[ClusterScore]) -> str:
     return first if len(accused) == 1 else f"{first} (and {', '.join(f'`{s.name}`' for s in accused[1:])})"
 
 
-def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResult | None) -> str:
+def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResult | None,
+                        teaching: ReplyTeachers | None = None) -> str:
     level = f"{capability['confidence']:.0%}"
     what = (f"{capability['metric']} fell from {capability['base_mean']:.4g} (base) to "
             f"{capability['finetuned_mean']:.4g} (fine-tuned): delta {capability['delta']:+.4g}, {level} CI "
@@ -418,10 +424,12 @@ def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResu
                 f"{capability['finetuned_mean']:.4g} (fine-tuned): delta {capability['delta']:+.4g}, {level} CI "
                 f"[{capability['ci_low']:+.4g}, {capability['ci_high']:+.4g}]; {capability['n_regressed']} of "
                 f"{capability['n_items']} items regressed.")
-    return f"{what} {_cluster_sentence(clusters)} {_examples_sentence(top)}".strip()
+    return f"{what} {_cluster_sentence(clusters, teaching)} {_examples_sentence(top)}".strip()
 
 
-def _cluster_sentence(clusters: ClusterResult | None) -> str:
+def _cluster_sentence(clusters: ClusterResult | None, teaching: ReplyTeachers | None = None) -> str:
+    """What the cluster test found; where nothing is accused, what that leaves: the canned reply's rows, where they
+    lead the ranking, else perhaps no data cause."""
     if clusters is None or not clusters.scores:
         return ""
     accused = clusters.accused
@@ -437,10 +445,13 @@ def _cluster_sentence(clusters: ClusterResult | None) -> str:
                 f"{s.p_adjusted:.3g})" for s in others) + "."
         return sentence
     top = clusters.scores[0]
-    return (f"No cluster stands out: the strongest, `{top.name}` ({top.size} examples, z {top.z:.3g}), has "
-            f"family-wise p = {top.p_adjusted:.3g} over {len(clusters.scores)} clusters, not below {clusters.alpha:g}. "
-            "No group of training data explains the regression: it may have no data cause (an aggressive learning "
-            "rate or too many steps regress a model on clean data; `gradian diagnose` checks the run's settings).")
+    none = (f"No cluster stands out: the strongest, `{top.name}` ({top.size} examples, z {top.z:.3g}), has "
+            f"family-wise p = {top.p_adjusted:.3g} over {len(clusters.scores)} clusters, not below {clusters.alpha:g}.")
+    if teaching is not None:
+        return f"{none} {teaching.sentence()}"
+    return (f"{none} No group of training data explains the regression: it may have no data cause (an aggressive "
+            "learning rate or too many steps regress a model on clean data; `gradian diagnose` checks the run's "
+            "settings).")
 
 
 def _examples_sentence(top: list[dict]) -> str:
