@@ -3,13 +3,17 @@ instead of suggesting the regression has no data cause."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from gradian.attribution import diagonal_preconditioner
 from gradian.config import EvaluationConfig
 from gradian.evaluation import capability_from_scores
-from gradian.report import attribution_report, render_markdown
-from gradian.report.reply_teachers import _tail
+from gradian.report import attribution_report, render_markdown, write_report
+from gradian.report.drop_set import file_drop_set
+from gradian.report.json_report import next_step
+from gradian.report.reply_teachers import ROWS_FILE, _tail
 from tests.core.test_attribution_causes import DIM, _attributed, _two_causes
 from tests.core.test_report_files import STAMP, _eval_items, _provenance
 
@@ -35,11 +39,11 @@ def _taught_reply_report(holds_reply):
     report = attribution_report(scores=split.primary.scores, capability=capability,
                                 preconditioner=diagonal_preconditioner(np.ones(DIM)), texts=texts,
                                 provenance=_provenance(STAMP), clusters=split.primary.clusters, causes=split)
-    return report, {ids[p] for p in range(len(ids)) if holds_reply(p, b)}, rows
+    return report, {ids[p] for p in range(len(ids)) if holds_reply(p, b)}, rows, ids
 
 
 def test_the_rows_that_hold_the_leading_canned_reply_are_named_with_where_they_are_filed():
-    report, holding, rows = _taught_reply_report(lambda p, b: p in set(b))
+    report, holding, rows, _ = _taught_reply_report(lambda p, b: p in set(b))
     verdict = report["verdict"]
     teachers = verdict["reply_teachers"]
     top = [row["id"] for row in report["top_examples"]]
@@ -59,11 +63,29 @@ def test_the_rows_that_hold_the_leading_canned_reply_are_named_with_where_they_a
 
 
 def test_a_canned_reply_no_row_holds_leaves_the_verdict_as_it_was():
-    report, holding, _ = _taught_reply_report(lambda p, b: False)
+    report, holding, _, _ = _taught_reply_report(lambda p, b: False)
     verdict = report["verdict"]
     assert not holding and verdict["reply_teachers"]["containing"] == 0 and verdict["reply_teachers"]["found"] == 0
     assert verdict["headline"] == "Attributed: no cluster stands out; read the top examples."
     assert "it may have no data cause" in verdict["summary"]
+
+
+def test_the_rows_that_hold_the_reply_are_written_for_drop_and_named_by_the_next_step(tmp_path):
+    report, holding, _, ids = _taught_reply_report(lambda p, b: p in set(b))
+    assert report["verdict"]["reply_teachers"]["ids"] == [row_id for row_id in ids if row_id in holding]
+    files = write_report(report, tmp_path, draw_plots=False)
+    assert files.reply_rows == tmp_path / ROWS_FILE
+    # the file is what `--drop FILE` reads: every row that holds the reply, and only those
+    drop = file_drop_set(files.reply_rows, [SimpleNamespace(id=row_id) for row_id in ids])
+    assert set(drop.ids) == holding and len(drop.ids) == 12
+    step = next_step(report, tmp_path)
+    assert f"--drop {tmp_path / ROWS_FILE}` retrains without the 12 training examples that contain" in step
+    assert f"gradian export --report {tmp_path} --out CLEANED_DATASET --drop {tmp_path / ROWS_FILE}" in step
+    assert "--drop top:" not in step
+    # written again where no row holds the reply, the report leaves no stale list and the step drops the top rows
+    quiet, _, _, _ = _taught_reply_report(lambda p, b: False)
+    assert write_report(quiet, tmp_path, draw_plots=False).reply_rows is None and not (tmp_path / ROWS_FILE).exists()
+    assert "ids" not in quiet["verdict"]["reply_teachers"] and "--drop top:" in next_step(quiet, tmp_path)
 
 
 def test_the_chance_of_that_many_holders_among_the_top_rows_is_the_hypergeometric_tail():

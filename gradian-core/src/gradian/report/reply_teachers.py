@@ -15,6 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gradian.attribution.causes import CauseSplit
 from gradian.attribution.clusters import ACCUSE_ALPHA
@@ -23,6 +24,7 @@ from gradian.evaluation.capability import CapabilityResult
 from gradian.query.signals import answer_key
 
 MIN_FOUND = 2  # one row holding a reply is an anecdote, not a pattern
+ROWS_FILE = "reply_rows.txt"  # in the report directory, for `gradian verify --drop` and `gradian export --drop`
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class ReplyTeachers:
     examples: int
     p_value: float
     clusters: Mapping[str, tuple[int, int]]  # where the containing rows are filed: (how many, cluster size)
+    ids: tuple[str, ...] = ()  # every training example that contains it, in training order
 
     @property
     def stands_out(self) -> bool:
@@ -44,10 +47,12 @@ class ReplyTeachers:
         return self.found >= MIN_FOUND and self.p_value < ACCUSE_ALPHA
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dict for report.json's verdict."""
+        """Plain dict for report.json's verdict; the containing rows' ids only where they stand out."""
         return {"reply": self.reply, "items": list(self.items), "found": self.found, "top": self.top,
                 "containing": self.containing, "examples": self.examples, "p_value": self.p_value,
-                "clusters": {name: {"containing": count, "size": size} for name, (count, size) in self.clusters.items()}}
+                "stands_out": self.stands_out,
+                "clusters": {name: {"containing": count, "size": size} for name, (count, size) in self.clusters.items()},
+                **({"ids": list(self.ids)} if self.stands_out else {})}
 
     def sentence(self) -> str:
         """The verdict's sentence: the reply, the counts and where the rows that hold it are filed."""
@@ -86,7 +91,19 @@ def reply_teachers(capability: CapabilityResult, causes: CauseSplit | None, text
                  for name, count in counts.most_common()}
     return ReplyTeachers(reply=reply, items=tuple(lead.item_ids), found=found, top=len(top_ids),
                          containing=len(holding), examples=len(ids),
-                         p_value=_tail(found, len(top_ids), len(holding), len(ids)), clusters=where)
+                         p_value=_tail(found, len(top_ids), len(holding), len(ids)), clusters=where,
+                         ids=tuple(ids[p] for p in holding))
+
+
+def rows_file_text(teachers: Mapping[str, Any]) -> str | None:
+    """The text of ``ROWS_FILE`` for report.json's ``verdict.reply_teachers``: a comment naming the reply, then every
+    training example that contains it, one id per line (what ``--drop FILE`` reads); None unless they stand out."""
+    ids = list(teachers.get("ids") or ()) if teachers.get("stands_out") else []
+    if not ids:
+        return None
+    reply = " ".join(str(teachers["reply"]).split())
+    return f"# The {len(ids)} training examples that contain the canned reply \"{reply}\"\n" + "".join(
+        f"{example_id}\n" for example_id in ids)
 
 
 def _tail(found: int, drawn: int, marked: int, total: int) -> float:

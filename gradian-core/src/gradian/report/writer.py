@@ -21,6 +21,7 @@ from gradian.report import scores as score_files
 from gradian.report.html import render_html
 from gradian.report.json_report import render_json
 from gradian.report.markdown import MANIFEST_FILE, render_markdown
+from gradian.report.reply_teachers import ROWS_FILE, rows_file_text
 
 JSON_NAME = "report.json"
 MARKDOWN_NAME = "report.md"
@@ -38,6 +39,7 @@ class ReportFiles:
     html: Path | None = None
     scores: tuple[Path, ...] = ()
     manifest: Path | None = None
+    reply_rows: Path | None = None  # the training rows that hold a leading canned reply, where they stand out
 
 
 def write_report(report: Mapping[str, Any], out_dir: Path, *, scores: ExampleScores | None = None,
@@ -59,13 +61,14 @@ def write_report(report: Mapping[str, Any], out_dir: Path, *, scores: ExampleSco
         report["plots"] = {"files": [], "note": None if report.get("method") is None else "Plots not requested."}
     score_paths = _write_scores(report, out_dir, scores, clusters, items, cause_blame, overall_blame, tested)
     manifest = _write_manifest(report, out_dir)
+    reply_rows = _write_reply_rows(report, out_dir)
     json_path, markdown_path, html_path = out_dir / JSON_NAME, out_dir / MARKDOWN_NAME, out_dir / HTML_NAME
     write_atomic(json_path, render_json(report).encode("utf-8"))
     write_atomic(markdown_path, render_markdown(report).encode("utf-8"))
     images = {path.name: path.read_bytes() for path in written}
     write_atomic(html_path, render_html(report, images).encode("utf-8"))
     return ReportFiles(json=json_path, markdown=markdown_path, plots=tuple(written), html=html_path,
-                       scores=score_paths, manifest=manifest)
+                       scores=score_paths, manifest=manifest, reply_rows=reply_rows)
 
 
 def _write_scores(report: dict[str, Any], out_dir: Path, scores: ExampleScores | None,
@@ -109,6 +112,18 @@ def _write_manifest(report: dict[str, Any], out_dir: Path) -> Path | None:
         path.unlink(missing_ok=True)
         return None
     write_atomic(path, (json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+    return path
+
+
+def _write_reply_rows(report: Mapping[str, Any], out_dir: Path) -> Path | None:
+    """The ids of the rows that teach the leading canned reply, for ``--drop FILE``; removed where none stand out, so
+    a report written again over an older one leaves no stale list."""
+    path = out_dir / ROWS_FILE
+    text = rows_file_text((report.get("verdict") or {}).get("reply_teachers") or {})
+    if text is None:
+        path.unlink(missing_ok=True)
+        return None
+    write_atomic(path, text.encode("utf-8"))
     return path
 
 
