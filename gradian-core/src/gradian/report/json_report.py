@@ -35,7 +35,7 @@ from gradian.attribution.results import (
 )
 from gradian.evaluation.capability import CapabilityResult, refusal_message
 from gradian.evaluation.query_signal import QuerySignalChoice
-from gradian.report.reply_teachers import ROWS_FILE, ReplyTeachers, reply_teachers, rows_file_text
+from gradian.report.reply_teachers import ROWS_FILE, ReplyTeachers, reply_teachers
 
 if TYPE_CHECKING:
     from gradian.query.spans import SpanBlame
@@ -319,10 +319,10 @@ def next_step(report: Mapping[str, Any], directory: Path | None = None) -> str:
     verify = f"gradian verify --report {where[0]} --out {where[1]}"
     export = f"gradian export --report {where[0]} --out CLEANED_DATASET"
     accused = [name for name in verdict.get("accused_clusters") or () if name]
-    teachers = verdict.get("reply_teachers") or {}
-    if not accused and rows_file_text(teachers) is not None:
+    teaching = (verdict.get("reply_teachers") or {}).get("ids")  # written only where they stand out
+    if not accused and teaching:
         rows = shlex.quote(str(directory / ROWS_FILE)) if directory is not None else f"REPORT_DIR/{ROWS_FILE}"
-        held = len(teachers["ids"])
+        held = len(teaching)
         return (f"Next: `{verify} --drop {rows}` retrains without the {held} training examples that contain the canned "
                 f"reply, against a random drop of {held}, and `{export} --drop {rows}` writes the dataset without "
                 "them.")

@@ -81,7 +81,8 @@ def reply_teachers(capability: CapabilityResult, causes: CauseSplit | None, text
     if not key:
         return None
     holding = [p for p, example_id in enumerate(ids) if key in answer_key(texts.get(example_id, ""))]
-    held = {ids[p] for p in holding}
+    holding_ids = tuple(ids[p] for p in holding)
+    held = set(holding_ids)
     found = sum(example_id in held for example_id in top_ids)
     where: dict[str, tuple[int, int]] = {}
     if clusters is not None:
@@ -92,13 +93,14 @@ def reply_teachers(capability: CapabilityResult, causes: CauseSplit | None, text
     return ReplyTeachers(reply=reply, items=tuple(lead.item_ids), found=found, top=len(top_ids),
                          containing=len(holding), examples=len(ids),
                          p_value=_tail(found, len(top_ids), len(holding), len(ids)), clusters=where,
-                         ids=tuple(ids[p] for p in holding))
+                         ids=holding_ids)
 
 
 def rows_file_text(teachers: Mapping[str, Any]) -> str | None:
     """The text of ``ROWS_FILE`` for report.json's ``verdict.reply_teachers``: a comment naming the reply, then every
-    training example that contains it, one id per line (what ``--drop FILE`` reads); None unless they stand out."""
-    ids = list(teachers.get("ids") or ()) if teachers.get("stands_out") else []
+    training example that contains it, one id per line (what ``--drop FILE`` reads); None unless they stand out
+    (``to_dict`` writes the ids only then)."""
+    ids = list(teachers.get("ids") or ())
     if not ids:
         return None
     reply = " ".join(str(teachers["reply"]).split())
