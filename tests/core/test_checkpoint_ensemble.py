@@ -265,8 +265,13 @@ def test_a_canned_reply_that_is_no_cause_of_its_own_changes_no_number(trained, t
     assert "whole_answer_items" not in canned["query_signal"]
     ids = plain["method"]["query_items"]
     assert canned["method"]["query_items"] == ids
-    np.testing.assert_array_equal(_item_blame(tmp_path / "canned", ids), _item_blame(tmp_path / "plain", ids))
-    assert canned["top_examples"] == plain["top_examples"]
+    # equal up to float rounding: the reply's trial scores more query columns, and a GEMM over them sums in another order
+    plain_blame = _item_blame(tmp_path / "plain", ids)
+    np.testing.assert_allclose(_item_blame(tmp_path / "canned", ids), plain_blame, rtol=1e-6,
+                               atol=1e-6 * float(np.abs(plain_blame).max()))
+    assert [row["id"] for row in canned["top_examples"]] == [row["id"] for row in plain["top_examples"]]
+    np.testing.assert_allclose([row["blame"] for row in canned["top_examples"]],
+                               [row["blame"] for row in plain["top_examples"]], rtol=1e-5)
 
 
 def test_the_accusation_weight_tests_as_a_run_at_it_and_ranks_as_a_run_at_the_generated_weight(trained,
