@@ -67,6 +67,7 @@ def test_a_drop_file_keeps_dataset_order_and_skips_comments(files, tmp_path):
     ids_file.write_text(f"# the suspects\n{examples.ids[7]}\n\n{examples.ids[2]}  # this one too\n{examples.ids[7]}\n")
     drop = file_drop_set(ids_file, examples)
     assert drop.ids == (examples.ids[2], examples.ids[7]) and drop.cluster is None
+    assert drop.label == "the 2 examples listed in ids.txt"  # the verify headline's words for what it dropped
 
 
 def test_top_k_drops_the_reports_k_most_blamed_examples_in_dataset_order(report_dir, files, tmp_path):

@@ -286,6 +286,20 @@ def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_
     on_causes = {**span, "verify": {**not_confirmed, "causes": {"items": 4, "recovered": 0.85, "random": 0.1}}}
     assert table._verify(on_causes).endswith("; on the 4 items of the accused causes 85% vs 10%")
     assert table.goal_rows([on_causes])[2].endswith("| 0/1 | 1/1 |")
+    # nothing accused (a --drop FILE or top:K verify): the regressed items' own share takes that column
+    regressed = {**span, "verify": {**not_confirmed, "regressed": {"items": 12, "recovered": 0.9, "random": 0.05}}}
+    assert table._verify(regressed).endswith("; on the 12 regressed items 90% vs 5%")
+    assert table.goal_rows([regressed])[2].endswith("| 0/1 | 1/1 |")
+
+
+def test_the_regressed_items_share_counts_only_what_the_fine_tune_took_away():
+    table = bench_module("goal_table")
+    columns = {"id": ["a", "b", "c", "d"], "base": [1.0, 1.0, 1.0, 1.0], "full": [0.0, 0.0, 1.0, 1.0],
+               "dropped": [1.0, 0.0, 0.0, 1.0]}
+    controls = {"control-1": [0.0, 0.0, 1.0, 0.0]}
+    # over every item the drop gave back nothing (a came back, c broke anew); on a and b it gave back half
+    assert table.regressed_recovery(columns, controls, ["a", "b"]) == {"items": 2, "recovered": 0.5, "random": 0.0}
+    assert table.regressed_recovery(columns, controls, []) is None
 
 
 def test_the_base_point_table_mixes_the_cases_own_points_and_rescores_from_what_it_saved(cases, tiny_base_dir,

@@ -255,7 +255,7 @@ def file_drop_set(path: Path | str, examples: Sequence[Example], dataset_label: 
         raise VerifyInputError(f"--drop file {path} lists no example ids", "write one example id per line")
     ordered = sorted(wanted.values())
     return DropSet(ids=tuple(examples[p].id for p in ordered), origin=f"{len(ordered)} ids listed in {path}",
-                   positions=tuple(ordered))
+                   label=f"the {len(ordered)} examples listed in {path.name}", positions=tuple(ordered))
 
 
 def _field_assignment(examples: Sequence[Example], field_name: str) -> ClusterAssignment:
