@@ -399,7 +399,8 @@ def goal_rows(cases: list[dict[str, Any]], seeds: str = "held-out seeds") -> lis
     """Per kind, over the held-out ``cases`` given: mean and worst recall@k, verdicts right, span top-1, verify."""
     lines = [f"| kind ({seeds}) | cases | mean recall@k (goal >= 0.9) | worst (goal >= 0.75) | verdict right "
              "| span top-1 (goal >= 90%) | verify met (>= 80% accused, < 20% random) "
-             "| the same on the accused causes' items (the regressed items where no accused cluster was dropped) |", "|---|---|---|---|---|---|---|---|"]
+             "| the same on the accused causes' items (the regressed items where no accused cluster was dropped) |",
+             "|---|---|---|---|---|---|---|---|"]
     held_out = [c for c in cases if c["held_out"]]
     mixed = len({_ranking(c) for c in held_out}) > 1  # rows not yet rebuilt since the ranking changed: apart
     for kind, ranking in sorted({(kind_label(c), _ranking(c) if mixed else "") for c in held_out}):

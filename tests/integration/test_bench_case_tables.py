@@ -286,7 +286,7 @@ def test_verify_on_a_span_case_counts_toward_the_goal_and_on_a_clean_control_as_
     on_causes = {**span, "verify": {**not_confirmed, "causes": {"items": 4, "recovered": 0.85, "random": 0.1}}}
     assert table._verify(on_causes).endswith("; on the 4 items of the accused causes 85% vs 10%")
     assert table.goal_rows([on_causes])[2].endswith("| 0/1 | 1/1 |")
-    # nothing accused (a --drop FILE or top:K verify): the regressed items' own share takes that column
+    # no accused cluster dropped (a --drop FILE or top:K verify): the regressed items' own share takes that column
     regressed = {**span, "verify": {**not_confirmed, "regressed": {"items": 12, "recovered": 0.9, "random": 0.05}}}
     assert table._verify(regressed).endswith("; on the 12 regressed items 90% vs 5%")
     assert table.goal_rows([regressed])[2].endswith("| 0/1 | 1/1 |")
