@@ -265,10 +265,8 @@ def test_a_canned_reply_that_is_no_cause_of_its_own_changes_no_number(trained, t
     assert "whole_answer_items" not in canned["query_signal"]
     ids = plain["method"]["query_items"]
     assert canned["method"]["query_items"] == ids
-    # equal up to float rounding: the reply's trial scores more query columns, and a GEMM over them sums in another order
-    plain_blame = _item_blame(tmp_path / "plain", ids)
-    np.testing.assert_allclose(_item_blame(tmp_path / "canned", ids), plain_blame, rtol=1e-6,
-                               atol=1e-6 * float(np.abs(plain_blame).max()))
+    # equal to float rounding: the reply's trial scores more query columns, and a GEMM over them sums in another order
+    _assert_blame_close(_item_blame(tmp_path / "canned", ids), _item_blame(tmp_path / "plain", ids))
     assert [row["id"] for row in canned["top_examples"]] == [row["id"] for row in plain["top_examples"]]
     np.testing.assert_allclose([row["blame"] for row in canned["top_examples"]],
                                [row["blame"] for row in plain["top_examples"]], rtol=1e-5)
@@ -306,15 +304,12 @@ def test_the_accusation_weight_tests_as_a_run_at_it_and_ranks_as_a_run_at_the_ge
     assert shared_answers([item for item in items if item.regressed] or items)  # the reply was tried at both weights
     ids = ranked["method"]["query_items"]
     assert both["method"]["query_items"] == ids
-    ranked_blame = _item_blame(tmp_path / "ranked", ids)
-    np.testing.assert_allclose(_item_blame(tmp_path / "both", ids), ranked_blame, rtol=1e-6,
-                               atol=1e-6 * float(np.abs(ranked_blame).max()))
+    _assert_blame_close(_item_blame(tmp_path / "both", ids), _item_blame(tmp_path / "ranked", ids))
     assert not np.allclose(_item_blame(tmp_path / "both", ids), _item_blame(tmp_path / "half", ids), rtol=1e-3)
     tested_ids = _tested_columns(tmp_path / "both")  # the blame the clusters were tested on, saved beside it
     assert tested_ids and set(tested_ids) <= set(ids)
-    half_blame = _item_blame(tmp_path / "half", tested_ids)
-    np.testing.assert_allclose(_item_blame(tmp_path / "both", tested_ids, "tested:"), half_blame, rtol=1e-6,
-                               atol=1e-6 * float(np.abs(half_blame).max()))
+    _assert_blame_close(_item_blame(tmp_path / "both", tested_ids, "tested:"),
+                        _item_blame(tmp_path / "half", tested_ids))
     assert not _tested_columns(tmp_path / "ranked")
     if not any(cause["accused_clusters"] for report in (tested, ranked) for cause in report["causes"]):  # no prior
         assert [row["id"] for row in both["top_examples"]] == [row["id"] for row in ranked["top_examples"]]
@@ -327,6 +322,11 @@ def _tested_columns(out: Path) -> list[str]:
     """The eval items of scores.csv's ``tested:`` columns."""
     header = _read_scores_csv(out / "scores.csv")[0].keys()
     return [name.removeprefix("tested:") for name in header if name.startswith("tested:")]
+
+
+def _assert_blame_close(actual: np.ndarray, desired: np.ndarray) -> None:
+    """Equal to float rounding: relative 1e-6, and 1e-6 of the blame's scale for values near zero."""
+    np.testing.assert_allclose(actual, desired, rtol=1e-6, atol=1e-6 * float(np.abs(desired).max()))
 
 
 def _rounded(value):
