@@ -183,6 +183,10 @@ def score_case(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     meta = prepared["meta"]
     case: dict[str, Any] = {"case": workdir.name, "train_rows": meta["n_train"], "planted": len(known.planted_rows),
                             "regressed_items": len(meta["items"]), "peers": {}}
+    if (workdir / "report" / "scores.csv").is_file():  # Gradian's own answer on the case: its report's ranking
+        from goal_table import blame_vector
+
+        case["gradian"] = known.score(blame_vector(workdir / "report", meta["n_train"]))
     for peer in args.peers:
         print(f"{workdir.name}: {peer}", flush=True)
         result = run_peer(peer, base / "data", base / peer, args)
@@ -247,11 +251,15 @@ def markdown(cases: list[dict[str, Any]], command: str, notes: list[str]) -> str
                     recalls.append(metrics["recall_at_k"])
         mean = f"{np.mean(recalls):.3f} ({len(recalls)} cases)" if recalls else "-"
         lines.append(f"| {peer} | {VARIANT_NAMES.get(variant, variant or '-')} | " + " | ".join(cells) + f" | {mean} |")
-    reference = gradian_reference([c["case"] for c in cases])
+    reference = gradian_reference([c["case"] for c in cases if "gradian" not in c])
     if reference:
         lines.append("| gradian (reference) | defaults: divergent-token query, diagonal, exact index "
                      "(bench/results/kronecker.json) | " + " | ".join(reference.get(c["case"], "-") for c in cases)
                      + " | - |")
+    own = [c["gradian"]["recall_at_k"] for c in cases if "gradian" in c]
+    if own:
+        lines.append("| gradian | the case's own report (scores.csv's blame; the settings its Provenance records) | "
+                     + " | ".join(cell(c.get("gradian")) for c in cases) + f" | {np.mean(own):.3f} ({len(own)} cases) |")
     lines += ["", "## Time per case (seconds, wall clock, measured while other jobs shared the 2 CPU cores)", "",
               "| case | train rows / planted / regressed items | " + " | ".join(PEERS) + " |", "|---|---|---|---|"]
     for case in cases:

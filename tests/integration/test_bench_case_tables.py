@@ -221,6 +221,19 @@ def test_a_resumed_peer_run_keeps_what_the_interrupted_one_saved(tmp_path):
     assert "the interrupted run" not in (out / "log.txt").read_text()
 
 
+def test_the_peers_table_sets_the_cases_own_report_beside_the_peers(cases, tiny_base_dir, tmp_path):
+    peers, goal_table = bench_module("peers"), bench_module("goal_table")
+    out = tmp_path / "peers"
+    assert peers.main(["--cases", str(cases), "tiny-fact-4", "--collect", "--peers", "kronfluence", "--base-model",
+                       str(tiny_base_dir), "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    goal = _table_row(goal_table, cases, tmp_path / "goal")
+    assert row["gradian"]["recall_at_k"] == goal["recall_at_k"] and row["gradian"]["auprc"] == goal["auprc"]
+    assert row["peers"]["kronfluence"]["error"] == peers.NOT_RUN
+    line = next(x for x in out.with_suffix(".md").read_text().splitlines() if x.startswith("| gradian |"))
+    assert f"| {goal['recall_at_k']:.2f} / {goal['auprc']:.2f} / #" in line and line.endswith("(1 cases) |")
+
+
 @pytest.mark.slow
 def test_the_methods_table_scores_the_report_and_every_baseline(cases, tiny_base_dir, tmp_path):
     methods_table = bench_module("heldout_methods")
