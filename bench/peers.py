@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -127,6 +128,14 @@ def first_error_line(out: Path, log: Path, code: int, start: int = 0) -> str:
     return f"killed by signal {-code}" if code < 0 else f"exit code {code}, no result written"
 
 
+def remove_work_dirs(out: Path) -> None:
+    """Delete a finished peer run's folders (index, factors, adapter copy); its blame, result and log stay."""
+    # bergson's uncompressed index is ~4 GB a case and each peer's factors ~2.4 GB: kept, a few cases fill the disk
+    for path in sorted(p for p in out.iterdir() if p.is_dir()):
+        shutil.rmtree(path)
+        print(f"  removed {path} (--keep-work keeps it)", flush=True)
+
+
 def run_peer(peer: str, data: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Run one peer's script in its venv on one case (or reuse a finished run); its variants or its error."""
     result_file = out / "result.json"
@@ -166,6 +175,8 @@ def run_peer(peer: str, data: Path, out: Path, args: argparse.Namespace) -> dict
     if code == 0 and result_file.is_file():
         result = json.loads(result_file.read_text(encoding="utf-8"))
         result["wall_seconds"] = seconds
+        if not args.keep_work:
+            remove_work_dirs(out)
     else:
         error = f"timed out after {args.timeout} s" if code is None else first_error_line(out, log, code, start)
         result = {"error": error, "exit_code": code, "wall_seconds": seconds}
@@ -339,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="let a peer reuse what its interrupted run with the same arguments saved (an index, "
                              "factors, scored variants)")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep a finished peer run's index and factors (deleted by default: GBs a case)")
     parser.add_argument("--collect", action="store_true",
                         help="run nothing: table the finished peer runs, the rest as not run")
     parser.add_argument("--note", action="append", default=[], help="a line for the notes (repeatable)")

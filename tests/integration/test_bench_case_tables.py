@@ -209,7 +209,7 @@ def test_a_resumed_peer_run_keeps_what_the_interrupted_one_saved(tmp_path):
     (out / "blame_ekfac_wanted.npy").write_bytes(b"scored before")
     (out / "log.txt").write_text("ValueError: the interrupted run\n")
     args = argparse.Namespace(rerun=True, collect=False, resume=True, venvs=tmp_path / "venvs", nice=0, max_queries=0,
-                              fit_rows=64, threads=1, timeout=60)
+                              fit_rows=64, threads=1, timeout=60, keep_work=False)
     resumed = peers.run_peer("bergson", tmp_path / "data", out, args)
     assert resumed["command"].endswith("--fit-rows 64 --resume")
     assert resumed["error"] == "MemoryError: the second run"  # this run's error, not the earlier one's
@@ -219,6 +219,24 @@ def test_a_resumed_peer_run_keeps_what_the_interrupted_one_saved(tmp_path):
     fresh = peers.run_peer("bergson", tmp_path / "data", out, args)
     assert not fresh["command"].endswith("--resume") and not (out / "blame_ekfac_wanted.npy").exists()
     assert "the interrupted run" not in (out / "log.txt").read_text()
+
+
+def test_a_finished_peer_run_keeps_its_blame_and_drops_its_index_unless_asked(tmp_path):
+    peers = bench_module("peers")
+    python = tmp_path / "venvs" / "bergson" / "bin" / "python"  # a peer that finishes with an index beside its blame
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\nwhile [ "$1" != "--out" ]; do shift; done\nmkdir -p "$2/index/part"\n'
+                      'echo gradients > "$2/index/part/gradients.bin"\necho blame > "$2/blame_ekfac_wanted.npy"\n'
+                      'echo \'{"variants": ["ekfac_wanted"]}\' > "$2/result.json"\n')
+    python.chmod(0o755)
+    args = argparse.Namespace(rerun=True, collect=False, resume=False, venvs=tmp_path / "venvs", nice=0,
+                              max_queries=0, fit_rows=0, threads=1, timeout=60, keep_work=True)
+    kept, dropped = tmp_path / "kept", tmp_path / "dropped"
+    assert peers.run_peer("bergson", tmp_path / "data", kept, args)["variants"] == ["ekfac_wanted"]
+    assert (kept / "index" / "part" / "gradients.bin").is_file()
+    args.keep_work = False
+    assert peers.run_peer("bergson", tmp_path / "data", dropped, args)["variants"] == ["ekfac_wanted"]
+    assert sorted(p.name for p in dropped.iterdir()) == ["blame_ekfac_wanted.npy", "log.txt", "result.json"]
 
 
 def test_the_peers_table_sets_the_cases_own_report_beside_the_peers(cases, tiny_base_dir, tmp_path):
