@@ -317,9 +317,9 @@ NOTES = [
     "(per-item query gradients from its `TraceCollector`; the contrast query is the per-item difference of the "
     "two gradients, as `query.contrast` subtracts a control set). The cosine rows are its default query path "
     "(`Attributor(unit_norm=True)`, no Hessian).",
-    "- Each peer ran alone (one peer and one case at a time) under `nice -n 10` with OMP/MKL_NUM_THREADS=1: with two "
-    "threads on two cores that other jobs kept busy, Kronfluence's covariance pass took 80 s a batch of 8 rows, with "
-    "one thread 20 s.",
+    "- What shared the cores with each run is in the notes below (its nice level in its command line). One thread a "
+    "peer by default: with two threads on two cores that other jobs kept busy, Kronfluence's covariance pass took 80 s "
+    "a batch of 8 rows, with one thread 20 s.",
     "- Installed in /work/peers/<peer> venvs, never in Gradian's: torch 2.13.0 (CPU) first, then transformers, "
     "peft, safetensors, tokenizers and accelerate at Gradian's versions; `kronfluence==1.0.1 --no-deps` + einops, "
     "einconv, opt-einsum, tqdm (its torchvision requirement would pull a CUDA torch 2.14); `bergson==2.5.1 "
