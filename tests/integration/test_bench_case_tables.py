@@ -198,18 +198,25 @@ def test_the_peers_table_refuses_a_case_named_twice(tmp_path, capsys):
     assert not (tmp_path / "peers.json").exists()
 
 
+def _fake_peer(tmp_path, script: str, **args) -> argparse.Namespace:
+    """A bergson venv whose python is this shell script; run_peer's arguments for it (``args`` override)."""
+    python = tmp_path / "venvs" / "bergson" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n" + script)
+    python.chmod(0o755)
+    return argparse.Namespace(**{"rerun": True, "collect": False, "resume": False, "venvs": tmp_path / "venvs",
+                                 "nice": 0, "max_queries": 0, "fit_rows": 0, "threads": 1, "timeout": 60,
+                                 "keep_work": False, **args})
+
+
 def test_a_resumed_peer_run_keeps_what_the_interrupted_one_saved(tmp_path):
     peers = bench_module("peers")
-    python = tmp_path / "venvs" / "bergson" / "bin" / "python"  # a peer venv whose run fails after an error line
-    python.parent.mkdir(parents=True)
-    python.write_text('#!/bin/sh\necho "$@"\necho "MemoryError: the second run"\nexit 3\n')
-    python.chmod(0o755)
+    # a peer whose run fails after an error line
+    args = _fake_peer(tmp_path, 'echo "$@"\necho "MemoryError: the second run"\nexit 3\n', resume=True, fit_rows=64)
     out = tmp_path / "out"
     out.mkdir()
     (out / "blame_ekfac_wanted.npy").write_bytes(b"scored before")
     (out / "log.txt").write_text("ValueError: the interrupted run\n")
-    args = argparse.Namespace(rerun=True, collect=False, resume=True, venvs=tmp_path / "venvs", nice=0, max_queries=0,
-                              fit_rows=64, threads=1, timeout=60, keep_work=False)
     resumed = peers.run_peer("bergson", tmp_path / "data", out, args)
     assert resumed["command"].endswith("--fit-rows 64 --resume")
     assert resumed["error"] == "MemoryError: the second run"  # this run's error, not the earlier one's
@@ -223,14 +230,10 @@ def test_a_resumed_peer_run_keeps_what_the_interrupted_one_saved(tmp_path):
 
 def test_a_finished_peer_run_keeps_its_blame_and_drops_its_index_unless_asked(tmp_path):
     peers = bench_module("peers")
-    python = tmp_path / "venvs" / "bergson" / "bin" / "python"  # a peer that finishes with an index beside its blame
-    python.parent.mkdir(parents=True)
-    python.write_text('#!/bin/sh\nwhile [ "$1" != "--out" ]; do shift; done\nmkdir -p "$2/index/part"\n'
+    # a peer that finishes with an index beside its blame
+    args = _fake_peer(tmp_path, 'while [ "$1" != "--out" ]; do shift; done\nmkdir -p "$2/index/part"\n'
                       'echo gradients > "$2/index/part/gradients.bin"\necho blame > "$2/blame_ekfac_wanted.npy"\n'
-                      'echo \'{"variants": ["ekfac_wanted"]}\' > "$2/result.json"\n')
-    python.chmod(0o755)
-    args = argparse.Namespace(rerun=True, collect=False, resume=False, venvs=tmp_path / "venvs", nice=0,
-                              max_queries=0, fit_rows=0, threads=1, timeout=60, keep_work=True)
+                      'echo \'{"variants": ["ekfac_wanted"]}\' > "$2/result.json"\n', keep_work=True)
     kept, dropped = tmp_path / "kept", tmp_path / "dropped"
     assert peers.run_peer("bergson", tmp_path / "data", kept, args)["variants"] == ["ekfac_wanted"]
     assert (kept / "index" / "part" / "gradients.bin").is_file()
