@@ -13,7 +13,7 @@ from gradian.evaluation import capability_from_scores
 from gradian.report import attribution_report, render_markdown, write_report
 from gradian.report.drop_set import file_drop_set
 from gradian.report.json_report import next_step
-from gradian.report.reply_teachers import ROWS_FILE, _tail
+from gradian.report.reply_teachers import ROWS_FILE, hypergeometric_tail
 from tests.core.test_attribution_causes import DIM, _attributed, _two_causes
 from tests.core.test_report_files import STAMP, _eval_items, _provenance
 
@@ -50,7 +50,7 @@ def test_the_rows_that_hold_the_leading_canned_reply_are_named_with_where_they_a
     found = sum(row_id in holding for row_id in top)
     assert found >= 2 and teachers["found"] == found and teachers["top"] == len(top)
     assert (teachers["containing"], teachers["examples"], teachers["reply"]) == (12, len(rows), REPLY)
-    assert teachers["p_value"] == _tail(found, len(top), 12, len(rows)) < 0.05
+    assert teachers["p_value"] == hypergeometric_tail(found, len(top), 12, len(rows)) < 0.05
     assert verdict["accused_clusters"] == []
     assert verdict["headline"] == "Attributed: no cluster stands out; the most blamed examples teach the canned reply."
     assert f"{found} of the top {len(top)} contain it, of 12 training examples that do" in verdict["summary"]
@@ -89,6 +89,6 @@ def test_the_rows_that_hold_the_reply_are_written_for_drop_and_named_by_the_next
 
 
 def test_the_chance_of_that_many_holders_among_the_top_rows_is_the_hypergeometric_tail():
-    assert _tail(2, 3, 2, 5) == 3 / 10  # both marked rows among 3 of 5 drawn: C(2,2) C(3,1) / C(5,3)
-    assert _tail(1, 3, 2, 5) == 9 / 10  # at least one: 1 - C(3,3) / C(5,3)
-    assert _tail(0, 3, 2, 5) == 1.0 and _tail(3, 3, 2, 5) == 0.0
+    assert hypergeometric_tail(2, 3, 2, 5) == 3 / 10  # both marked rows among 3 of 5 drawn: C(2,2) C(3,1) / C(5,3)
+    assert hypergeometric_tail(1, 3, 2, 5) == 9 / 10  # at least one: 1 - C(3,3) / C(5,3)
+    assert hypergeometric_tail(0, 3, 2, 5) == 1.0 and hypergeometric_tail(3, 3, 2, 5) == 0.0

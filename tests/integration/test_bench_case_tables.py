@@ -875,3 +875,20 @@ def test_the_cluster_tests_table_gives_the_reports_own_test_before_the_jackknife
         else:
             assert cluster["p_adjusted"] == mean["p"][name], name
     assert all(0.0 < value <= 1.0 for test in row["tests"].values() for value in test["p"].values())
+
+
+@pytest.mark.slow
+def test_the_answer_teachers_table_reads_what_the_reports_own_verdict_counted(cases, tmp_path):
+    bench = bench_module("answer_teachers")
+    out = tmp_path / "answers"
+    assert bench.main(["--cases", str(cases), "tiny-fact-4", "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert row["hosts"] == ["trivia_import"]
+    verdict = json.loads((cases / "tiny-fact-4" / "report" / "report.json").read_text())["verdict"]
+    # from the report's items, top rows and the scenario's texts, the count the report itself made
+    if "answer_teachers" in verdict:
+        found = row["teachers"].pop("planted_found")
+        assert row["teachers"] == verdict["answer_teachers"] and 0 <= found <= row["teachers"]["found"]
+    else:
+        assert row["teachers"] is None
+    assert "| planted hosts named (of every host) |" in out.with_suffix(".md").read_text()

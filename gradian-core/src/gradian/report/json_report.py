@@ -35,6 +35,7 @@ from gradian.attribution.results import (
 )
 from gradian.evaluation.capability import CapabilityResult, refusal_message
 from gradian.evaluation.query_signal import QuerySignalChoice
+from gradian.report.answer_teachers import AnswerTeachers, answer_teachers
 from gradian.report.reply_teachers import ROWS_FILE, ReplyTeachers, reply_teachers
 
 if TYPE_CHECKING:
@@ -120,14 +121,19 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     capability_dict = capability_summary(capability)
     top = _top_examples(scores, texts, clusters, top_k)
     accused = _accused(clusters, causes)
-    teachers = reply_teachers(capability, causes, texts, scores.ids, [row["id"] for row in top], clusters)
-    teaching = teachers if teachers is not None and teachers.stands_out else None
-    headline = (f"Attributed: cluster {_named(accused)} {'is' if len(accused) == 1 else 'are'} blamed." if accused
-                else "Attributed: no cluster stands out; the most blamed examples teach the canned reply." if teaching
-                else "Attributed: no cluster stands out; read the top examples.")
+    top_ids = [row["id"] for row in top]
+    teachers = reply_teachers(capability, causes, texts, scores.ids, top_ids, clusters)
+    teaching: ReplyTeachers | AnswerTeachers | None = \
+        teachers if teachers is not None and teachers.stands_out else None
+    # A canned reply that stands out is the narrower account; else every regressed item's own divergent words.
+    holders = answer_teachers(capability.items, texts, scores.ids, top_ids, clusters) if teaching is None else None
+    if holders is not None and holders.stands_out:
+        teaching = holders
+    headline = _headline(accused, teaching)
     summary = f"{_attributed_summary(capability_dict, top, clusters, teaching)} {_causes_sentence(causes)}".strip()
     verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused),
-               **({"reply_teachers": teachers.to_dict()} if teachers is not None else {})}
+               **({"reply_teachers": teachers.to_dict()} if teachers is not None else {}),
+               **({"answer_teachers": holders.to_dict()} if holders is not None else {})}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
                      method=method_summary(scores, preconditioner, clusters, checkpoints, _tested_on(provenance),
                                           accusation_weight),
@@ -413,6 +419,17 @@ def _accusation(top: list[dict], accused: Sequence[ClusterScore]) -> dict[str, A
             "accused_clusters": [score.name for score in accused], "top_examples": [row["id"] for row in top[:3]]}
 
 
+def _headline(accused: Sequence[ClusterScore], teaching: ReplyTeachers | AnswerTeachers | None) -> str:
+    """The verdict's first line: the accused clusters, else what the top rows teach where that stands out."""
+    if accused:
+        return f"Attributed: cluster {_named(accused)} {'is' if len(accused) == 1 else 'are'} blamed."
+    if isinstance(teaching, ReplyTeachers):
+        return "Attributed: no cluster stands out; the most blamed examples teach the canned reply."
+    if teaching is not None:
+        return "Attributed: no cluster stands out; the most blamed examples hold the fine-tuned answers."
+    return "Attributed: no cluster stands out; read the top examples."
+
+
 def _named(accused: Sequence[ClusterScore]) -> str:
     """`a`, or `a` (and `b`, `c`) when several clusters are accused, the first one first."""
     first = f"`{accused[0].name}`"
@@ -420,7 +437,7 @@ def _named(accused: Sequence[ClusterScore]) -> str:
 
 
 def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResult | None,
-                        teaching: ReplyTeachers | None = None) -> str:
+                        teaching: ReplyTeachers | AnswerTeachers | None = None) -> str:
     level = f"{capability['confidence']:.0%}"
     what = (f"{capability['metric']} fell from {capability['base_mean']:.4g} (base) to "
             f"{capability['finetuned_mean']:.4g} (fine-tuned): delta {capability['delta']:+.4g}, {level} CI "
@@ -434,9 +451,9 @@ def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResu
     return f"{what} {_cluster_sentence(clusters, teaching)} {_examples_sentence(top)}".strip()
 
 
-def _cluster_sentence(clusters: ClusterResult | None, teaching: ReplyTeachers | None = None) -> str:
-    """What the cluster test found; where nothing is accused, what that leaves: the canned reply's rows, where they
-    lead the ranking, else perhaps no data cause."""
+def _cluster_sentence(clusters: ClusterResult | None, teaching: ReplyTeachers | AnswerTeachers | None = None) -> str:
+    """What the cluster test found, then the rows that teach what the fine-tuned model says where they stand out;
+    where nothing is accused and no such rows do, perhaps no data cause."""
     if clusters is None or not clusters.scores:
         return ""
     accused = clusters.accused
@@ -450,7 +467,7 @@ def _cluster_sentence(clusters: ClusterResult | None, teaching: ReplyTeachers | 
             sentence += " Also significant, with less blame per member: " + ", ".join(
                 f"`{s.name}` ({s.size} examples, effect {s.effect:.3g}, z {s.z:.3g}, family-wise p = "
                 f"{s.p_adjusted:.3g})" for s in others) + "."
-        return sentence
+        return f"{sentence} {teaching.sentence()}" if teaching is not None else sentence
     top = clusters.scores[0]
     none = (f"No cluster stands out: the strongest, `{top.name}` ({top.size} examples, z {top.z:.3g}), has "
             f"family-wise p = {top.p_adjusted:.3g} over {len(clusters.scores)} clusters, not below {clusters.alpha:g}.")

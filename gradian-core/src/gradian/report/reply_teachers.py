@@ -92,7 +92,7 @@ def reply_teachers(capability: CapabilityResult, causes: CauseSplit | None, text
                  for name, count in counts.most_common()}
     return ReplyTeachers(reply=reply, items=tuple(lead.item_ids), found=found, top=len(top_ids),
                          containing=len(holding), examples=len(ids),
-                         p_value=_tail(found, len(top_ids), len(holding), len(ids)), clusters=where,
+                         p_value=hypergeometric_tail(found, len(top_ids), len(holding), len(ids)), clusters=where,
                          ids=holding_ids)
 
 
@@ -108,7 +108,7 @@ def rows_file_text(teachers: Mapping[str, Any]) -> str | None:
         f"{example_id}\n" for example_id in ids)
 
 
-def _tail(found: int, drawn: int, marked: int, total: int) -> float:
+def hypergeometric_tail(found: int, drawn: int, marked: int, total: int) -> float:
     """P(at least ``found`` marked among ``drawn`` of ``total`` rows, ``marked`` of them marked): hypergeometric."""
     if found <= 0:
         return 1.0

@@ -1,0 +1,115 @@
+"""Do the most blamed rows hold what the fine-tuned model now says, and only where something planted taught it?
+
+The report's verdict counts, among its top rows, those that hold a regressed item's divergent fine-tuned words
+("sydney" where the base model said "canberra"; ``gradian/report/answer_teachers.py``) against every training row
+that does. Written after the held-out span-4, behaviour-4 and two-causes-4 reports, whose planted hosts the cluster
+test does not accuse (the rows are filed among many clean ones). Per finished case, from its report and scenario (no
+index read): the count, its hypergeometric p, how many of the rows found are planted, and where they are filed.
+
+Rule, written before any clean control was scored: the sentence is worth stating only if it stands out on no clean
+control (a false lead there) and, where it stands out on a planted case, the rows it finds are planted ones.
+
+    .venv/bin/python bench/answer_teachers.py --cases /work/bench-cases ho-lr5e4-span-4 s67-clean-0 ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
+
+RESULTS = Path(__file__).resolve().parent / "results" / "answer_teachers"
+
+
+def score_case(directory: Path, _args: Any) -> dict[str, Any]:
+    """One case: the answer teachers its report's top rows give, the planted ones among them, the hosts."""
+    from goal_table import case_name, case_scenario
+
+    from gradian.attribution.clusters import clusters_from_field
+    from gradian.attribution.results import ClusterResult
+    from gradian.evaluation.capability import ItemResult
+    from gradian.report.answer_teachers import answer_teachers
+
+    kind, seed = case_name(directory)
+    scenario = case_scenario(directory)
+    document = json.loads((directory / "report" / "report.json").read_text(encoding="utf-8"))
+    fields = {"id", "prompt", "wanted", "base_output", "finetuned_output", "base_score", "finetuned_score"}
+    items = [ItemResult(**{key: value for key, value in item.items() if key in fields})
+             for item in document["capability"]["items"]]
+    ids = [example.id for example in scenario.train]
+    texts = {example.id: example.supervised_text or example.text or "" for example in scenario.train}
+    assignment = clusters_from_field([example.fields for example in scenario.train], scenario.cluster_field)
+    clusters = ClusterResult(assignment=assignment, scores=(), permutations=0, seed=0)
+    top = [row["id"] for row in document["top_examples"]]
+    teachers = answer_teachers(items, texts, ids, top, clusters)
+    planted = set(scenario.planted_ids)
+    accused = sorted({name for cause in document.get("causes") or [document["verdict"]]
+                      for name in cause.get("accused_clusters") or [] if name})
+    canned = bool((document["verdict"].get("reply_teachers") or {}).get("stands_out"))
+    row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "hosts": list(scenario.planted_sources),
+                           "report_accused": accused, "canned_reply_stated": canned, "teachers": None}
+    if teachers is not None:
+        row["teachers"] = {**teachers.to_dict(), "planted_found": sum(i in planted for i in teachers.ids)}
+    return row
+
+
+def _cell(row: dict[str, Any]) -> list[str]:
+    """The found count, its p, the planted among them, where they are filed, what that names."""
+    teachers = row["teachers"]
+    if teachers is None:
+        return ["no divergent words", "-", "-", "-", "-"]
+    filed = ", ".join(f"`{name}` {cell['found']}/{cell['size']}" for name, cell in teachers["clusters"].items()) or "-"
+    named = [name for name in teachers["clusters"]] if teachers["stands_out"] else []
+    hosts = row["hosts"]
+    verdict = ("nothing" if not named else ", ".join(
+        f"`{name}`" + (" (host)" if name in hosts else " (clean)" if hosts else "") for name in named))
+    if row["canned_reply_stated"]:  # the report states the narrower account instead
+        verdict += " (the report states its canned reply's rows instead)"
+    return [f"{teachers['found']} of {teachers['top']} ({teachers['containing']} rows hold any)",
+            f"{teachers['p_value']:.2g}", f"{teachers['planted_found']}/{teachers['found']}" if hosts else "-",
+            filed, verdict]
+
+
+def markdown(cases: list[dict[str, Any]], command: str) -> str:
+    """One row per case, then the hosts named on planted cases and the statements made on clean controls."""
+    lines = ["# The top rows that hold the fine-tuned answers", "", f"`{command}`", "",
+             "| case | planted host | report accuses | top rows holding a divergent answer | p | planted among them "
+             "| filed under | stands out, naming |", "|---|---|---|---|---|---|---|---|"]
+    for row in cases:
+        hosts = ", ".join(f"`{host}`" for host in row["hosts"]) or "none (clean)"
+        accused = ", ".join(f"`{name}`" for name in row["report_accused"]) or "nothing"
+        lines.append(f"| {row['case']} | {hosts} | {accused} | " + " | ".join(_cell(row)) + " |")
+    planted = [row for row in cases if row["hosts"]]
+    clean = [row for row in cases if not row["hosts"]]
+
+    def stands(row: dict[str, Any]) -> bool:
+        return bool(row["teachers"] and row["teachers"]["stands_out"])
+
+    named = sum(host in (row["teachers"] or {}).get("clusters", {}) for row in planted if stands(row)
+                for host in row["hosts"])
+    unaccused = [(row, host) for row in planted for host in row["hosts"] if host not in row["report_accused"]]
+    named_unaccused = sum(stands(row) and host in row["teachers"]["clusters"] for row, host in unaccused)
+    found = sum(row["teachers"]["found"] for row in planted if stands(row))
+    right = sum(row["teachers"]["planted_found"] for row in planted if stands(row))
+    lines += ["", "| | count |", "|---|---|",
+              f"| planted hosts named (of every host) | {named}/{sum(len(row['hosts']) for row in planted)} |",
+              f"| hosts the cluster test does not accuse, named | {named_unaccused}/{len(unaccused)} |",
+              f"| rows found on planted cases that are planted | {right}/{found} |",
+              f"| clean controls where it stands out (a false lead) | {sum(stands(row) for row in clean)}/{len(clean)} |",
+              "", "Stands out: at least 2 of the top rows hold a divergent answer and the hypergeometric p is below "
+              "0.05; 'filed under' counts the top rows found by source (found / the source's size)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score each named case and write bench/results/answer_teachers.{md,json}."""
+    from finished_cases import carrying_main, has_report
+
+    return carrying_main("answer_teachers", __doc__.splitlines()[0], RESULTS, argv, has_report, score_case, markdown)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
