@@ -116,13 +116,13 @@ def answer_teachers(items: Sequence[ItemResult], texts: Mapping[str, str], ids: 
     # One pass of every answer at once finds the rows worth the per-item look (most rows hold none).
     anywhere = _whole_words("|".join(sorted({re.escape(str(answer)) for answer in answers.values() if answer},
                                             key=lambda answer: (-len(answer), answer))), escaped=True)
-    holds: dict[str, list[str]] = {}
+    holds: dict[str, list[str]] = {}  # only the rows that hold an answer: the rest are most of a large dataset
     for example_id in ids:
         text = answer_key(texts.get(example_id, ""))
-        holds[example_id] = [item for item, pattern in patterns.items() if pattern.search(text)] \
-            if anywhere.search(text) else []
-    containing = sum(bool(held) for held in holds.values())
-    found = [example_id for example_id in top_ids if holds.get(example_id)]
+        if anywhere.search(text):
+            holds[example_id] = [item for item, pattern in patterns.items() if pattern.search(text)]
+    containing = len(holds)
+    found = [example_id for example_id in top_ids if example_id in holds]
     taught: dict[str, set[str]] = {}
     for example_id in found:
         for item in holds[example_id]:
