@@ -29,7 +29,6 @@ def score_case(directory: Path, _args: Any) -> dict[str, Any]:
     from goal_table import case_name, case_scenario
 
     from gradian.attribution.clusters import clusters_from_field
-    from gradian.attribution.results import ClusterResult
     from gradian.evaluation.capability import ItemResult
     from gradian.report.answer_teachers import answer_teachers
 
@@ -42,9 +41,8 @@ def score_case(directory: Path, _args: Any) -> dict[str, Any]:
     ids = [example.id for example in scenario.train]
     texts = {example.id: example.supervised_text or example.text or "" for example in scenario.train}
     assignment = clusters_from_field([example.fields for example in scenario.train], scenario.cluster_field)
-    clusters = ClusterResult(assignment=assignment, scores=(), permutations=0, seed=0)
     top = [row["id"] for row in document["top_examples"]]
-    teachers = answer_teachers(items, texts, ids, top, clusters)
+    teachers = answer_teachers(items, texts, ids, top, assignment)
     planted = set(scenario.planted_ids)
     accused = sorted({name for cause in document.get("causes") or [document["verdict"]]
                       for name in cause.get("accused_clusters") or [] if name})

@@ -8,7 +8,6 @@ import pytest
 
 from gradian.attribution import diagonal_preconditioner
 from gradian.attribution.clusters import clusters_from_field
-from gradian.attribution.results import ClusterResult
 from gradian.config import EvaluationConfig
 from gradian.evaluation import capability_from_scores
 from gradian.evaluation.capability import ItemResult
@@ -49,15 +48,15 @@ def test_the_top_rows_holding_a_divergent_answer_are_counted_against_every_row_a
     ids = list(texts)
     rows = [{"source": "geo"}, {"source": "geo"}, {"source": "facts"}, {"source": "facts"}, {"source": "facts"},
             {"source": "chat"}, {"source": "chat"}, {"source": "chat"}]
-    clusters = ClusterResult(assignment=clusters_from_field(rows, "source", ids=ids), scores=(), permutations=0, seed=0)
-    teachers = answer_teachers(items, texts, ids, ["r0", "r1", "r3", "r5"], clusters)
+    assignment = clusters_from_field(rows, "source", ids=ids)
+    teachers = answer_teachers(items, texts, ids, ["r0", "r1", "r3", "r5"], assignment)
     assert teachers is not None and teachers.items == 2
     # r4 holds "sydney" only inside a longer word, r3 and r7 an item that did not regress
     assert (teachers.found, teachers.top, teachers.containing, teachers.examples) == (2, 4, 3, 8)
     assert teachers.ids == ("r0", "r1") and teachers.answers == {"sydney": ("au",), "toronto": ("ca",)}
     assert teachers.clusters == {"geo": (2, 2)}
     assert teachers.p_value == hypergeometric_tail(2, 4, 3, 8)
-    assert answer_teachers([_item("x", "Rome.", "Rome.")], texts, ids, ["r0"], clusters) is None
+    assert answer_teachers([_item("x", "Rome.", "Rome.")], texts, ids, ["r0"], assignment) is None
 
 
 def _report(holds, second_cluster):

@@ -13,15 +13,14 @@ filed. Nothing is accused from it and no ranking changes.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gradian.attribution.clusters import ACCUSE_ALPHA
-from gradian.attribution.results import ClusterResult
+from gradian.attribution.results import ClusterAssignment
 from gradian.evaluation.capability import ItemResult
 from gradian.query.signals import answer_key
-from gradian.report.reply_teachers import MIN_FOUND, hypergeometric_tail
+from gradian.report.reply_teachers import MIN_FOUND, filed_under, hypergeometric_tail
 
 MAX_WORDS = 2  # "le contraire", "siem reap": a name or a switched language shows in its first two words
 MIN_CHARS = 4  # shorter divergent words ("a", "is", "the") name nothing a training row could have taught
@@ -106,35 +105,29 @@ class AnswerTeachers:
 
 
 def answer_teachers(items: Sequence[ItemResult], texts: Mapping[str, str], ids: Sequence[str],
-                    top_ids: Sequence[str], clusters: ClusterResult | None = None) -> AnswerTeachers | None:
+                    top_ids: Sequence[str], assignment: ClusterAssignment | None = None) -> AnswerTeachers | None:
     """The regressed items' divergent fine-tuned words and the top rows that hold them, ``ids`` being every example
     by position; None where no regressed item's answer parts from the base model's in words long enough to look for."""
-    answers = {item.id: divergent_words(item.base_output, item.finetuned_output) for item in items if item.regressed}
-    patterns = {item: _whole_words(answer) for item, answer in answers.items() if answer}
-    if not patterns:
+    answers = {item.id: words for item in items if item.regressed
+               and (words := divergent_words(item.base_output, item.finetuned_output))}
+    if not answers:
         return None
+    patterns = {item: _whole_words(answer) for item, answer in answers.items()}
     # One pass of every answer at once finds the rows worth the per-item look (most rows hold none).
-    anywhere = _whole_words("|".join(sorted({re.escape(str(answer)) for answer in answers.values() if answer},
+    anywhere = _whole_words("|".join(sorted({re.escape(answer) for answer in answers.values()},
                                             key=lambda answer: (-len(answer), answer))), escaped=True)
-    holds: dict[str, list[str]] = {}  # only the rows that hold an answer: the rest are most of a large dataset
-    for example_id in ids:
+    holds: dict[str, tuple[int, list[str]]] = {}  # position and items of the rows that hold an answer, and no others
+    for position, example_id in enumerate(ids):
         text = answer_key(texts.get(example_id, ""))
         if anywhere.search(text):
-            holds[example_id] = [item for item, pattern in patterns.items() if pattern.search(text)]
-    containing = len(holds)
+            holds[example_id] = (position, [item for item, pattern in patterns.items() if pattern.search(text)])
     found = [example_id for example_id in top_ids if example_id in holds]
     taught: dict[str, set[str]] = {}
     for example_id in found:
-        for item in holds[example_id]:
-            taught.setdefault(str(answers[item]), set()).add(item)
-    where: dict[str, tuple[int, int]] = {}
-    if clusters is not None:
-        assignment = clusters.assignment
-        position = {example_id: p for p, example_id in enumerate(ids)}
-        counts = Counter(assignment.names[assignment.labels[position[example_id]]] for example_id in found)
-        where = {name: (count, int(assignment.sizes[assignment.names.index(name)]))
-                 for name, count in counts.most_common()}
+        for item in holds[example_id][1]:
+            taught.setdefault(answers[item], set()).add(item)
     return AnswerTeachers(answers={answer: tuple(sorted(held)) for answer, held in sorted(taught.items())},
-                          items=len(patterns), found=len(found), top=len(top_ids), containing=containing,
-                          examples=len(ids), p_value=hypergeometric_tail(len(found), len(top_ids), containing, len(ids)),
-                          clusters=where, ids=tuple(found))
+                          items=len(answers), found=len(found), top=len(top_ids), containing=len(holds),
+                          examples=len(ids), p_value=hypergeometric_tail(len(found), len(top_ids), len(holds), len(ids)),
+                          clusters=filed_under(assignment, (holds[example_id][0] for example_id in found)),
+                          ids=tuple(found))

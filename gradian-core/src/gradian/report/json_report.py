@@ -126,7 +126,8 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     teaching: ReplyTeachers | AnswerTeachers | None = \
         teachers if teachers is not None and teachers.stands_out else None
     # A canned reply that stands out is the narrower account; else every regressed item's own divergent words.
-    holders = answer_teachers(capability.items, texts, scores.ids, top_ids, clusters) if teaching is None else None
+    holders = answer_teachers(capability.items, texts, scores.ids, top_ids,
+                              clusters.assignment if clusters is not None else None) if teaching is None else None
     if holders is not None and holders.stands_out:
         teaching = holders
     headline = _headline(accused, teaching)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gradian.attribution.causes import CauseSplit
 from gradian.attribution.clusters import ACCUSE_ALPHA
-from gradian.attribution.results import ClusterResult
+from gradian.attribution.results import ClusterAssignment, ClusterResult
 from gradian.evaluation.capability import CapabilityResult
 from gradian.query.signals import answer_key
 
@@ -84,12 +84,7 @@ def reply_teachers(capability: CapabilityResult, causes: CauseSplit | None, text
     holding_ids = tuple(ids[p] for p in holding)
     held = set(holding_ids)
     found = sum(example_id in held for example_id in top_ids)
-    where: dict[str, tuple[int, int]] = {}
-    if clusters is not None:
-        assignment = clusters.assignment
-        counts = Counter(assignment.names[assignment.labels[p]] for p in holding)
-        where = {name: (count, int(assignment.sizes[assignment.names.index(name)]))
-                 for name, count in counts.most_common()}
+    where = filed_under(clusters.assignment if clusters is not None else None, holding)
     return ReplyTeachers(reply=reply, items=tuple(lead.item_ids), found=found, top=len(top_ids),
                          containing=len(holding), examples=len(ids),
                          p_value=hypergeometric_tail(found, len(top_ids), len(holding), len(ids)), clusters=where,
@@ -106,6 +101,14 @@ def rows_file_text(teachers: Mapping[str, Any]) -> str | None:
     reply = " ".join(str(teachers["reply"]).split())
     return f"# The {len(ids)} training examples that contain the canned reply \"{reply}\"\n" + "".join(
         f"{example_id}\n" for example_id in ids)
+
+
+def filed_under(assignment: ClusterAssignment | None, positions: Iterable[int]) -> dict[str, tuple[int, int]]:
+    """Where the rows at ``positions`` are filed: per cluster, most first, how many of them and the cluster's size."""
+    if assignment is None:
+        return {}
+    counts = Counter(assignment.names[assignment.labels[p]] for p in positions)
+    return {name: (count, int(assignment.sizes[assignment.names.index(name)])) for name, count in counts.most_common()}
 
 
 def hypergeometric_tail(found: int, drawn: int, marked: int, total: int) -> float:
