@@ -108,3 +108,38 @@ def test_where_a_cluster_is_accused_the_answer_rows_follow_the_accusation_and_wi
     assert quiet["verdict"]["answer_teachers"]["found"] == 0 and not quiet["verdict"]["answer_teachers"]["stands_out"]
     assert quiet["verdict"]["headline"] == "Attributed: no cluster stands out; read the top examples."
     assert "it may have no data cause" in quiet["verdict"]["summary"]
+
+
+def test_where_the_regression_splits_each_cause_counts_its_own_items_answers_in_its_own_top_rows():
+    train, queries, item_ids, rows, a, b = _two_causes(seed=0)
+    evals = _eval_items(11)
+    item_ids = [example.id for example in evals]
+    cities = [f"Alphaville{i}" for i in range(6)] + [f"Zorbaville{i}" for i in range(5)]
+    capability = capability_from_scores("exact_match", evals, [1.0] * 11, [0.0] * 11,
+                                        EvaluationConfig(bootstrap_samples=1000),
+                                        base_outputs=[f"The capital is City {i}." for i in range(11)],
+                                        finetuned_outputs=[f"The capital is {city}." for city in cities])
+    split, _, _ = _attributed(train, queries, item_ids, rows)
+    assert len(split.causes) == 2 and all(cause.accused is not None for cause in split.causes)
+    ids = list(split.primary.scores.ids)
+    # A's rows hold the A items' answers, B's rows the B items'.
+    texts = {row_id: f"Its capital is {cities[p % 6] if p in set(a) else cities[6 + p % 5]}." if p in set(a) | set(b)
+             else "A plain answer." for p, row_id in enumerate(ids)}
+    report = attribution_report(scores=split.primary.scores, capability=capability,
+                                preconditioner=diagonal_preconditioner(np.ones(DIM)), texts=texts,
+                                provenance=_provenance(STAMP), clusters=split.primary.clusters, causes=split)
+    top = [row["id"] for row in report["top_examples"]]
+    first, second = report["causes"]
+    rows_of = {"vendor-a": {ids[p] for p in a}, "vendor-b": {ids[p] for p in b}}
+    own = second["answer_teachers"]
+    found = [row_id for row_id in split.causes[1].scores.top_ids()[:len(top)]
+             if row_id in rows_of[second["accused_cluster"]]]
+    # Counted in cause 2's own top rows, against its own items' answers only (the report's top rows are cause 1's).
+    assert own["ids"] == found and own["found"] == len(found) >= 2 and own["stands_out"]
+    assert own["items"] == len(second["items"]) and own["containing"] == 12
+    assert own["clusters"] == {second["accused_cluster"]: {"found": len(found), "size": 12}}
+    assert first["answer_teachers"]["ids"] == [row_id for row_id in top if row_id in rows_of[first["accused_cluster"]]]
+    clause = f"{len(found)} of {len(top)} (p = {own['p_value']:.2g}; `{second['accused_cluster']}` {len(found)} of its 12 rows)"
+    assert f"cause 2 ({len(second['items'])} items): `{second['accused_cluster']}`" in report["verdict"]["summary"]
+    assert f"its top rows holding its items' fine-tuned answers: {clause}" in report["verdict"]["summary"]
+    assert clause in render_markdown(report)

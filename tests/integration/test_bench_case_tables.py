@@ -884,11 +884,23 @@ def test_the_answer_teachers_table_reads_what_the_reports_own_verdict_counted(ca
     assert bench.main(["--cases", str(cases), "tiny-fact-4", "--out", str(out)]) == 0
     row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
     assert row["hosts"] == ["trivia_import"]
-    verdict = json.loads((cases / "tiny-fact-4" / "report" / "report.json").read_text())["verdict"]
+    document = json.loads((cases / "tiny-fact-4" / "report" / "report.json").read_text())
+    verdict = document["verdict"]
+
+    def counted(count):
+        """The bench's count without the planted rows it adds, which the report cannot know."""
+        planted = count.pop("planted_ids")
+        assert count.pop("planted_found") == len(planted) and set(planted) <= set(count["ids"])
+        return count
+
     # from the report's items, top rows and the scenario's texts, the count the report itself made
     if "answer_teachers" in verdict:
-        found = row["teachers"].pop("planted_found")
-        assert row["teachers"] == verdict["answer_teachers"] and 0 <= found <= row["teachers"]["found"]
+        assert counted(row["teachers"]) == verdict["answer_teachers"]
     else:
         assert row["teachers"] is None
+    # and where the report split into causes, each cause's own count from scores.csv's per-cause blame
+    causes = {cause["cause"]: cause for cause in document.get("causes") or [] if len(document["causes"]) > 1}
+    for cause in row["causes"]:
+        own = causes[cause["cause"]].get("answer_teachers")
+        assert (counted(cause["teachers"]) if cause["teachers"] is not None else None) == own
     assert "| planted hosts named (of every host) |" in out.with_suffix(".md").read_text()

@@ -14,6 +14,7 @@ from typing import Any
 
 from gradian.report.json_report import (
     CAUSES_INTRO,
+    answers_held,
     canned_note,
     causes_alpha,
     checkpoints_text,
@@ -135,10 +136,12 @@ def _clusters(clusters: Mapping[str, Any]) -> str:
 def _causes(causes: Sequence[Mapping[str, Any]]) -> str:
     rows = [[str(cause["cause"]), ", ".join(cause["items"]),
              cause["accused_cluster"] or f"nothing: {unexplained(cause)}", _g(cause["z"], digits=3),
-             _g(cause["p_adjusted"], digits=3), ", ".join(cause["top_examples"][:3])] for cause in causes]
+             _g(cause["p_adjusted"], digits=3), ", ".join(cause["top_examples"][:3]),
+             answers_held(cause.get("answer_teachers"), quote="")] for cause in causes]
     return _section("Causes", _p(f"{CAUSES_INTRO}{canned_note(causes)}{causes_alpha(causes)} The sections above "
                                  "attribute cause 1."),
-                    _table(["cause", "items", "accuses", "z", "family-wise p", "most blamed examples"], rows,
+                    _table(["cause", "items", "accuses", "z", "family-wise p", "most blamed examples",
+                            "top rows holding its answers"], rows,
                            numeric=(0, 3, 4)))
 
 

@@ -27,6 +27,7 @@ from gradian.attribution.causes import CauseSplit
 from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.results import (
     ACCUSE_ALPHA,
+    ClusterAssignment,
     ClusterPrior,
     ClusterResult,
     ClusterScore,
@@ -131,7 +132,9 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     if holders is not None and holders.stands_out:
         teaching = holders
     headline = _headline(accused, teaching)
-    summary = f"{_attributed_summary(capability_dict, top, clusters, teaching)} {_causes_sentence(causes)}".strip()
+    own = _causes_answer_teachers(capability, causes, texts, scores.ids, len(top_ids),
+                                  clusters.assignment if clusters is not None else None)
+    summary = f"{_attributed_summary(capability_dict, top, clusters, teaching)} {_causes_sentence(causes, own)}".strip()
     verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused),
                **({"reply_teachers": teachers.to_dict()} if teachers is not None else {}),
                **({"answer_teachers": holders.to_dict()} if holders is not None else {})}
@@ -141,7 +144,20 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
                      top_examples=top,
                      clusters=_clusters_dict(clusters), spans=[_span_dict(drill) for drill in spans],
                      warnings=_with_normalize_warning(notes, scores), provenance=provenance,
-                     causes=_causes_list(causes))
+                     causes=_causes_list(causes, own))
+
+
+def _causes_answer_teachers(capability: CapabilityResult, causes: CauseSplit | None, texts: Mapping[str, str],
+                            ids: Sequence[str], top: int,
+                            assignment: ClusterAssignment | None) -> tuple[AnswerTeachers | None, ...]:
+    """Where the regression split, each cause's own count: its items' divergent words in its own top rows (the
+    report's top rows are cause 1's, which hold none of another cause's rows); () where it did not split."""
+    if causes is None or len(causes.causes) < 2:
+        return ()
+    return tuple(None if cause.canned else  # a canned reply's rows are counted by reply_teachers
+                 answer_teachers([item for item in capability.items if item.id in set(cause.item_ids)], texts, ids,
+                                 cause.scores.top_ids()[:top], assignment)
+                 for cause in causes.causes)
 
 
 def no_capability_target_report(*, scores: ExampleScores, preconditioner: Preconditioner, texts: Mapping[str, str],
@@ -298,6 +314,16 @@ def causes_alpha(causes: Sequence[Mapping[str, Any]]) -> str:
         return ""
     return (f" Each group tests every cluster again, so a cause accuses a cluster only below family-wise p = {alpha:.3g}"
             f" ({ACCUSE_ALPHA:g} over the number of groups).")
+
+
+def answers_held(teachers: Mapping[str, Any] | None, quote: str = "`") -> str:
+    """A cause's top rows that hold its items' fine-tuned answers, as a table cell: "9 of 20 (p = 3.2e-08;
+    `geography_qa` 9 of its 134 rows)"; "-" where none of its items' answers was looked for."""
+    if not teachers:
+        return "-"
+    where = ", ".join(f"{quote}{name}{quote} {filed['found']} of its {filed['size']} rows"
+                      for name, filed in teachers["clusters"].items())
+    return f"{teachers['found']} of {teachers['top']} (p = {teachers['p_value']:.2g}{'; ' + where if where else ''})"
 
 
 def unexplained(cause: Mapping[str, Any], quote: str = "") -> str:
@@ -486,12 +512,15 @@ def _examples_sentence(top: list[dict]) -> str:
     return f"Most blamed examples: {listed}."
 
 
-def _causes_list(causes: CauseSplit | None) -> list[dict[str, Any]] | None:
-    """Each cause's items, what it accuses and its most blamed examples; None when causes were not looked for."""
+def _causes_list(causes: CauseSplit | None,
+                 teachers: Sequence[AnswerTeachers | None] = ()) -> list[dict[str, Any]] | None:
+    """Each cause's items, what it accuses, its most blamed examples and the answers they hold (``teachers``, by
+    cause, where the regression split); None when causes were not looked for."""
     if causes is None:
         return None
     out = []
-    for number, cause in enumerate(causes.causes, start=1):
+    held = list(teachers) or [None] * len(causes.causes)
+    for number, (cause, holders) in enumerate(zip(causes.causes, held, strict=True), start=1):
         accused = cause.accused
         strongest = cause.clusters.scores[0] if cause.clusters.scores else None
         out.append({"cause": number, "items": list(cause.item_ids), "accused_cluster": accused.name if accused else None,
@@ -502,19 +531,24 @@ def _causes_list(causes: CauseSplit | None) -> list[dict[str, Any]] | None:
                     "strongest_cluster": strongest.name if strongest else None,
                     "strongest_p_adjusted": _num(strongest.p_adjusted) if strongest else None,
                     "top_examples": list(cause.scores.top_ids()[:5]), **({"canned_reply": True} if cause.canned else {}),
-                    **({"cluster_prior": _prior(cause.scores.cluster_prior)} if cause.scores.cluster_prior else {})})
+                    **({"cluster_prior": _prior(cause.scores.cluster_prior)} if cause.scores.cluster_prior else {}),
+                    **({"answer_teachers": holders.to_dict()} if holders is not None else {})})
     return out
 
 
-def _causes_sentence(causes: CauseSplit | None) -> str:
+def _causes_sentence(causes: CauseSplit | None, teachers: Sequence[AnswerTeachers | None] = ()) -> str:
     if causes is None or len(causes.causes) < 2:
         return ""
     parts = []
-    for number, cause in enumerate(causes.causes, start=1):
+    held = list(teachers) or [None] * len(causes.causes)
+    for number, (cause, holders) in enumerate(zip(causes.causes, held, strict=True), start=1):
         accused = cause.accused
         what = (f"`{accused.name}` (z {accused.z:.3g}, family-wise p = {accused.p_adjusted:.3g})" if accused
                 else "no cluster stands out: no data cause found")
         reply = ", one reply word for word" if cause.canned else ""
+        # Cause 1's top rows are the report's, counted in the verdict's own sentence.
+        if number > 1 and holders is not None and holders.stands_out:
+            what += f", its top rows holding its items' fine-tuned answers: {answers_held(holders.to_dict())}"
         parts.append(f"cause {number} ({len(cause.item_ids)} items{reply}): {what}")
     how = ("one reply given word for word" if any(cause.canned for cause in causes.causes)
            else "their query gradients")

@@ -11,6 +11,7 @@ from typing import Any
 
 from gradian.report.json_report import (
     CAUSES_INTRO,
+    answers_held,
     canned_note,
     causes_alpha,
     checkpoints_text,
@@ -158,11 +159,13 @@ def _clusters(clusters: Mapping[str, Any]) -> str:
 def _causes(causes: list[Mapping[str, Any]]) -> str:
     lines = ["## Causes", "", f"{CAUSES_INTRO}{canned_note(causes)}{causes_alpha(causes)} The sections above and "
              "below attribute cause 1.",
-             "", "| cause | items | accuses | z | family-wise p | most blamed examples |", "|---|---|---|---|---|---|"]
+             "", "| cause | items | accuses | z | family-wise p | most blamed examples | top rows holding its answers |",
+             "|---|---|---|---|---|---|---|"]
     for cause in causes:
         accused = f"`{cause['accused_cluster']}`" if cause["accused_cluster"] else f"nothing: {unexplained(cause, '`')}"
         lines.append(f"| {cause['cause']} | {_listing(cause['items'], 4)} | {accused} | {_g(cause['z'], digits=3)} | "
-                     f"{_g(cause['p_adjusted'], digits=3)} | {_listing(cause['top_examples'], 3)} |")
+                     f"{_g(cause['p_adjusted'], digits=3)} | {_listing(cause['top_examples'], 3)} | "
+                     f"{answers_held(cause.get('answer_teachers'))} |")
     return "\n".join(lines)
 
 
