@@ -98,3 +98,25 @@ def test_a_report_that_attributed_nothing_has_no_next_step(improved):
 def test_a_directory_with_a_space_is_quoted_for_the_shell():
     step = next_step(_report(host=None), Path("my runs/report"))
     assert "--report 'my runs/report' --out 'my runs/verify'" in step
+
+
+def test_a_split_report_offers_the_most_blamed_of_every_cause_that_accuses_a_cluster():
+    from tests.core.test_attribution_causes import DIM as CAUSES_DIM
+    from tests.core.test_attribution_causes import _attributed, _two_causes
+
+    train, queries, _, rows, _, _ = _two_causes()
+    items = [make_example(i, messages=[Message("user", f"Capital {i}?"), Message("assistant", f"City {i}")])
+             for i in range(11)]
+    capability = capability_from_scores("exact_match", items, [1.0] * 11, [0.0] * 11,
+                                        EvaluationConfig(bootstrap_samples=1000))
+    split, _, _ = _attributed(train, queries, capability.regressed_ids, rows)
+    report = attribution_report(scores=split.primary.scores, capability=capability,
+                                preconditioner=diagonal_preconditioner(np.ones(CAUSES_DIM)), texts={},
+                                provenance=Provenance(command="gradian attribute", versions={},
+                                                      generated_at="2025-01-01T00:00:00+00:00"),
+                                clusters=split.primary.clusters, causes=split, top_k=TOP)
+    assert [cause["accused_cluster"] for cause in report["causes"]] == ["vendor-a", "vendor-b"]
+    # 24 accused rows: more than twice the 2 x 5 most blamed, so the narrower drop covers both causes
+    assert (f"They hold 24 examples: where the blame sits in a few of them, `--drop top:{2 * TOP}` checks the "
+            f"{2 * TOP} most blamed instead ({TOP} for each of the 2 causes that accuse a cluster; scores.csv ranks "
+            "every example by its highest blame among them).") in next_step(report)

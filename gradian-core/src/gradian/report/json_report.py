@@ -369,9 +369,16 @@ def next_step(report: Mapping[str, Any], directory: Path | None = None) -> str:
             f"dataset without {it}.")
     sizes = {row["name"]: int(row["size"]) for row in (report.get("clusters") or {}).get("ranked") or ()}
     held = sum(sizes.get(name, 0) for name in accused)
-    if held > WIDE_ACCUSATION * top:
+    # scores.csv ranks a split report's examples by their highest blame among the causes that accuse a cluster, so
+    # its top K per such cause covers each one's most blamed rows, where the top K alone is mostly cause 1's.
+    causes = report.get("causes") or ()
+    accusing = sum(1 for cause in causes if cause.get("accused_cluster")) if len(causes) > 1 else 1
+    narrow = top * max(accusing, 1)
+    if held > WIDE_ACCUSATION * narrow:
+        each = (f" ({top} for each of the {accusing} causes that accuse a cluster; scores.csv ranks every example by "
+                "its highest blame among them)" if accusing > 1 else "")
         text += (f" {'It holds' if one else 'They hold'} {held} examples: where the blame sits in a few of them, "
-                 f"`--drop top:{top}` checks the {top} most blamed instead.")
+                 f"`--drop top:{narrow}` checks the {narrow} most blamed instead{each}.")
     return text
 
 
