@@ -80,6 +80,8 @@ def _parser(description: str, results: Path, names_help: str,
     parser.add_argument("--out", type=Path, default=results)
     parser.add_argument("--keep-scored", action="store_true",
                         help="carry a case's row already in --out instead of scoring it again (to add a case)")
+    parser.add_argument("--rescore", nargs="+", default=[], metavar="NAME",
+                        help="with --keep-scored, score these named cases again all the same (a verify added to one)")
     if add_arguments is not None:
         add_arguments(parser)
     return parser
@@ -220,7 +222,12 @@ def scored_or_carried(tool: str, args: argparse.Namespace, finished: Callable[[P
         print(f"{tool}: no finished case under {args.cases} and no earlier row for {', '.join(missing)}",
               file=sys.stderr)
         return None
-    kept = {name for name in here & earlier.keys() if getattr(args, "keep_scored", False)}
+    unnamed = sorted(set(getattr(args, "rescore", ())) - set(args.names))
+    if unnamed:
+        print(f"{tool}: --rescore names {', '.join(unnamed)}, which is not among the cases", file=sys.stderr)
+        return None
+    kept = {name for name in here & earlier.keys() if getattr(args, "keep_scored", False)} - set(
+        getattr(args, "rescore", ()))
     return [score(args.cases / name) if name in here - kept
             else {**earlier[name], "carried": True, **({"kept": True} if name in kept else {})} for name in args.names]
 

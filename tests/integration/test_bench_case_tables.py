@@ -43,6 +43,13 @@ def _kept_when_asked(table, cases, out):
     assert kept["recall_at_k"] == -1.0 and kept["kept"] is True
     assert "Kept from the earlier results file (scored there; --keep-scored): tiny-fact-4." in (
         out.with_suffix(".md").read_text())
+    # a case named in --rescore is scored again beside the kept ones; one not among the cases is refused
+    assert table.main(["--cases", str(cases), "tiny-fact-4", "--keep-scored", "--rescore", "tiny-fact-4",
+                       "--out", str(out)]) == 0
+    rescored = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert rescored["recall_at_k"] >= 0.0 and "kept" not in rescored
+    assert table.main(["--cases", str(cases), "tiny-fact-4", "--keep-scored", "--rescore", "tiny-fact-9",
+                       "--out", str(out)]) == 2
     assert _table_row(table, cases, out)["recall_at_k"] >= 0.0  # without it, the case is scored again
 
 
