@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradian.attribution.causes import CauseSplit
+from gradian.attribution.causes import Cause, CauseSplit
 from gradian.attribution.preconditioners import Preconditioner
 from gradian.attribution.results import (
     ACCUSE_ALPHA,
@@ -150,14 +150,21 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
 def _causes_answer_teachers(capability: CapabilityResult, causes: CauseSplit | None, texts: Mapping[str, str],
                             ids: Sequence[str], top: int,
                             assignment: ClusterAssignment | None) -> tuple[AnswerTeachers | None, ...]:
-    """Where the regression split, each cause's own count: its items' divergent words in its own top rows (the
-    report's top rows are cause 1's, which hold none of another cause's rows); () where it did not split."""
-    if causes is None or len(causes.causes) < 2:
+    """Each cause's own count where the regression split (its items' divergent words in its own top rows: the
+    report's top rows are cause 1's), else None, one per cause; () where causes were not looked for."""
+    if causes is None:
         return ()
-    return tuple(None if cause.canned else  # a canned reply's rows are counted by reply_teachers
-                 answer_teachers([item for item in capability.items if item.id in set(cause.item_ids)], texts, ids,
-                                 cause.scores.top_ids()[:top], assignment)
-                 for cause in causes.causes)
+    if len(causes.causes) < 2:
+        return (None,) * len(causes.causes)
+
+    def count(cause: Cause) -> AnswerTeachers | None:
+        if cause.canned:  # a canned reply's rows are counted by reply_teachers
+            return None
+        own = set(cause.item_ids)
+        return answer_teachers([item for item in capability.items if item.id in own], texts, ids,
+                               cause.scores.top_ids()[:top], assignment)
+
+    return tuple(count(cause) for cause in causes.causes)
 
 
 def no_capability_target_report(*, scores: ExampleScores, preconditioner: Preconditioner, texts: Mapping[str, str],
@@ -520,14 +527,13 @@ def _examples_sentence(top: list[dict]) -> str:
 
 
 def _causes_list(causes: CauseSplit | None,
-                 teachers: Sequence[AnswerTeachers | None] = ()) -> list[dict[str, Any]] | None:
-    """Each cause's items, what it accuses, its most blamed examples and the answers they hold (``teachers``, by
-    cause, where the regression split); None when causes were not looked for."""
+                 teachers: Sequence[AnswerTeachers | None]) -> list[dict[str, Any]] | None:
+    """Each cause's items, what it accuses, its most blamed examples and the answers they hold (``teachers``, one
+    per cause); None when causes were not looked for."""
     if causes is None:
         return None
     out = []
-    held = list(teachers) or [None] * len(causes.causes)
-    for number, (cause, holders) in enumerate(zip(causes.causes, held, strict=True), start=1):
+    for number, (cause, holders) in enumerate(zip(causes.causes, teachers, strict=True), start=1):
         accused = cause.accused
         strongest = cause.clusters.scores[0] if cause.clusters.scores else None
         out.append({"cause": number, "items": list(cause.item_ids), "accused_cluster": accused.name if accused else None,
@@ -543,12 +549,11 @@ def _causes_list(causes: CauseSplit | None,
     return out
 
 
-def _causes_sentence(causes: CauseSplit | None, teachers: Sequence[AnswerTeachers | None] = ()) -> str:
+def _causes_sentence(causes: CauseSplit | None, teachers: Sequence[AnswerTeachers | None]) -> str:
     if causes is None or len(causes.causes) < 2:
         return ""
     parts = []
-    held = list(teachers) or [None] * len(causes.causes)
-    for number, (cause, holders) in enumerate(zip(causes.causes, held, strict=True), start=1):
+    for number, (cause, holders) in enumerate(zip(causes.causes, teachers, strict=True), start=1):
         accused = cause.accused
         what = (f"`{accused.name}` (z {accused.z:.3g}, family-wise p = {accused.p_adjusted:.3g})" if accused
                 else "no cluster stands out: no data cause found")
