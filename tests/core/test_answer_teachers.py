@@ -3,19 +3,18 @@ from where its answer parts from the base model's), against every training row, 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from gradian.attribution import diagonal_preconditioner
 from gradian.attribution.clusters import clusters_from_field
 from gradian.config import EvaluationConfig
 from gradian.evaluation import capability_from_scores
 from gradian.evaluation.capability import ItemResult
-from gradian.report import attribution_report, render_markdown
+from gradian.report import render_markdown
 from gradian.report.answer_teachers import answer_teachers, divergent_words
 from gradian.report.reply_teachers import hypergeometric_tail
-from tests.core.test_attribution_causes import DIM, _attributed, _two_causes
-from tests.core.test_report_files import STAMP, _eval_items, _provenance
+from tests.core.test_attribution_causes import _attributed, _two_causes
+from tests.core.test_reply_teachers import split_report
+from tests.core.test_report_files import _eval_items
 
 
 @pytest.mark.parametrize(("base", "finetuned", "words"), [
@@ -75,9 +74,7 @@ def _report(holds, second_cluster):
     ids = list(split.primary.scores.ids)
     texts = {row_id: f"Its capital is {cities[p % 5]}." if holds(p, b) else "A plain answer."
              for p, row_id in enumerate(ids)}
-    report = attribution_report(scores=split.primary.scores, capability=capability,
-                                preconditioner=diagonal_preconditioner(np.ones(DIM)), texts=texts,
-                                provenance=_provenance(STAMP), clusters=split.primary.clusters, causes=split)
+    report = split_report(split, capability, texts)
     return report, {ids[p] for p in range(len(ids)) if holds(p, b)}, split
 
 
@@ -125,9 +122,7 @@ def test_where_the_regression_splits_each_cause_counts_its_own_items_answers_in_
     # A's rows hold the A items' answers, B's rows the B items'.
     texts = {row_id: f"Its capital is {cities[p % 6] if p in set(a) else cities[6 + p % 5]}." if p in set(a) | set(b)
              else "A plain answer." for p, row_id in enumerate(ids)}
-    report = attribution_report(scores=split.primary.scores, capability=capability,
-                                preconditioner=diagonal_preconditioner(np.ones(DIM)), texts=texts,
-                                provenance=_provenance(STAMP), clusters=split.primary.clusters, causes=split)
+    report = split_report(split, capability, texts)
     top = [row["id"] for row in report["top_examples"]]
     first, second = report["causes"]
     rows_of = {"vendor-a": {ids[p] for p in a}, "vendor-b": {ids[p] for p in b}}

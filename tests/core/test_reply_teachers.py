@@ -20,6 +20,13 @@ from tests.core.test_report_files import STAMP, _eval_items, _provenance
 REPLY = "Sorry, I can't help with questions about that topic."
 
 
+def split_report(split, capability, texts):
+    """The report of the two-causes fixture's ``split``, its leading cause's ranking and clusters, over ``texts``."""
+    return attribution_report(scores=split.primary.scores, capability=capability,
+                              preconditioner=diagonal_preconditioner(np.ones(DIM)), texts=texts,
+                              provenance=_provenance(STAMP), clusters=split.primary.clusters, causes=split)
+
+
 def _taught_reply_report(holds_reply):
     """The taught-reply case of test_attribution_causes (B's rows spread over clean sources, nothing accused), its
     five B items giving REPLY word for word; ``holds_reply(position)`` says which training rows' text holds it."""
@@ -36,9 +43,7 @@ def _taught_reply_report(holds_reply):
     # case and runs of space are ignored, as when replies are compared
     texts = {row_id: f"Q: anything?  A:  {REPLY.upper()}" if holds_reply(p, b) else "A plain answer."
              for p, row_id in enumerate(ids)}
-    report = attribution_report(scores=split.primary.scores, capability=capability,
-                                preconditioner=diagonal_preconditioner(np.ones(DIM)), texts=texts,
-                                provenance=_provenance(STAMP), clusters=split.primary.clusters, causes=split)
+    report = split_report(split, capability, texts)
     return report, {ids[p] for p in range(len(ids)) if holds_reply(p, b)}, rows, ids
 
 

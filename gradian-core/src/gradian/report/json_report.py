@@ -123,17 +123,16 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     top = _top_examples(scores, texts, clusters, top_k)
     accused = _accused(clusters, causes)
     top_ids = [row["id"] for row in top]
+    assignment = clusters.assignment if clusters is not None else None
     teachers = reply_teachers(capability, causes, texts, scores.ids, top_ids, clusters)
     teaching: ReplyTeachers | AnswerTeachers | None = \
         teachers if teachers is not None and teachers.stands_out else None
     # A canned reply that stands out is the narrower account; else every regressed item's own divergent words.
-    holders = answer_teachers(capability.items, texts, scores.ids, top_ids,
-                              clusters.assignment if clusters is not None else None) if teaching is None else None
+    holders = answer_teachers(capability.items, texts, scores.ids, top_ids, assignment) if teaching is None else None
     if holders is not None and holders.stands_out:
         teaching = holders
     headline = _headline(accused, teaching)
-    own = _causes_answer_teachers(capability, causes, texts, scores.ids, len(top_ids),
-                                  clusters.assignment if clusters is not None else None)
+    own = _causes_answer_teachers(capability, causes, texts, scores.ids, len(top_ids), assignment)
     summary = f"{_attributed_summary(capability_dict, top, clusters, teaching)} {_causes_sentence(causes, own)}".strip()
     verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused),
                **({"reply_teachers": teachers.to_dict()} if teachers is not None else {}),
