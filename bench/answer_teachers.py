@@ -28,15 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 RESULTS = Path(__file__).resolve().parent / "results" / "answer_teachers"
 
 
-def score_case(directory: Path, _args: Any) -> dict[str, Any]:
-    """One case: the answer teachers its report's top rows give, the planted ones among them, the hosts."""
-    from goal_table import case_name, case_scenario
+def case_inputs(directory: Path) -> tuple[Any, dict[str, Any], list[Any], list[str], dict[str, str]]:
+    """A finished case's scenario, report.json, eval items, training ids by position and training texts by id."""
+    from goal_table import case_scenario
 
-    from gradian.attribution.clusters import clusters_from_field
     from gradian.evaluation.capability import ItemResult
-    from gradian.report.answer_teachers import answer_teachers
 
-    kind, seed = case_name(directory)
     scenario = case_scenario(directory)
     document = json.loads((directory / "report" / "report.json").read_text(encoding="utf-8"))
     fields = {"id", "prompt", "wanted", "base_output", "finetuned_output", "base_score", "finetuned_score"}
@@ -44,6 +41,18 @@ def score_case(directory: Path, _args: Any) -> dict[str, Any]:
              for item in document["capability"]["items"]]
     ids = [example.id for example in scenario.train]
     texts = {example.id: example.supervised_text or example.text or "" for example in scenario.train}
+    return scenario, document, items, ids, texts
+
+
+def score_case(directory: Path, _args: Any) -> dict[str, Any]:
+    """One case: the answer teachers its report's top rows give, the planted ones among them, the hosts."""
+    from goal_table import case_name
+
+    from gradian.attribution.clusters import clusters_from_field
+    from gradian.report.answer_teachers import answer_teachers
+
+    kind, seed = case_name(directory)
+    scenario, document, items, ids, texts = case_inputs(directory)
     assignment = clusters_from_field([example.fields for example in scenario.train], scenario.cluster_field)
     top = [row["id"] for row in document["top_examples"]]
     teachers = answer_teachers(items, texts, ids, top, assignment)

@@ -911,3 +911,29 @@ def test_the_answer_teachers_table_reads_what_the_reports_own_verdict_counted(ca
         own = causes[cause["cause"]].get("answer_teachers")
         assert (counted(cause["teachers"]) if cause["teachers"] is not None else None) == own
     assert "| planted hosts named (of every host) |" in out.with_suffix(".md").read_text()
+
+
+def test_the_answer_rows_are_every_training_row_that_names_a_divergent_answer_planted_or_not(cases, tmp_path):
+    import re
+
+    from gradian.demo.scenarios import make_scenario
+
+    bench = bench_module("answer_rows")
+    split, _items = _half_regressed_copy(cases, tmp_path, same_answers=True)
+    case = split / "tiny-fact-4"
+    scenario = make_scenario("fact", 4)
+    wrong = next(city for city in scenario.planted_wrong if city)  # a city the planted rows teach as a capital
+    report_json = case / "report" / "report.json"
+    written = json.loads(report_json.read_text())
+    for item in written["capability"]["items"]:  # every regressed item now answers with that city
+        if item["regressed"]:
+            item.update(base_output=f"The capital is {item['wanted']}.", finetuned_output=f"The capital is {wrong}.")
+    report_json.write_text(json.dumps(written))
+    out = tmp_path / "answer_rows.txt"
+    assert bench.main([str(case), "--out", str(out)]) == 0
+    named = re.compile(rf"(?<!\w){re.escape(wrong.casefold())}(?!\w)")
+    expected = [example.id for example in scenario.train
+                if named.search((example.supervised_text or example.text or "").casefold())]
+    assert expected and out.read_text().split() == expected  # every row naming it, in training order
+    assert set(expected) & set(scenario.planted_ids)
+    assert bench.main([str(tmp_path / "nowhere"), "--out", str(out)]) == 2
