@@ -937,3 +937,26 @@ def test_the_answer_rows_are_every_training_row_that_names_a_divergent_answer_pl
     assert expected and out.read_text().split() == expected  # every row naming it, in training order
     assert set(expected) & set(scenario.planted_ids)
     assert bench.main([str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+
+
+def test_the_unheld_answers_table_tells_an_answer_a_row_names_from_one_none_does(cases, tmp_path):
+    from gradian.demo.scenarios import make_scenario
+
+    bench = bench_module("unheld_answers")
+    split, _items = _half_regressed_copy(cases, tmp_path, same_answers=True)
+    wrong = next(city for city in make_scenario("fact", 4).planted_wrong if city)  # a city planted rows name
+    report_json = split / "tiny-fact-4" / "report" / "report.json"
+    written = json.loads(report_json.read_text())
+    regressed = [item for item in written["capability"]["items"] if item["regressed"]]
+    answers = [wrong, "Qzxwvut", "Qzxwvut"]  # a planted city, a word no row holds (twice)
+    for item, answer in zip(regressed, answers, strict=False):
+        item.update(base_output=f"The capital is {item['wanted']}.", finetuned_output=f"The capital is {answer}.")
+    for item in regressed[len(answers):]:  # the rest part from the base model in no word
+        item.update(base_output="The capital is it.", finetuned_output="The capital is it.")
+    report_json.write_text(json.dumps(written))
+    out = tmp_path / "unheld"
+    assert bench.main(["--cases", str(split), "tiny-fact-4", "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    assert row["held"] == [wrong.casefold()] and row["unheld"] == ["qzxwvut", "qzxwvut"]
+    assert row["wordless"] == len(regressed) - len(answers) and row["planted"] is True
+    assert '| 1 | 2 | ' in out.with_suffix(".md").read_text()

@@ -57,7 +57,7 @@ def _is_word(token: str) -> bool:
     return token[0].isalnum() or token[0] == "_"
 
 
-def _whole_words(answer: str, *, escaped: bool = False) -> re.Pattern[str]:
+def whole_words(answer: str, *, escaped: bool = False) -> re.Pattern[str]:
     """A pattern finding ``answer`` in case-folded text where no word character runs on either side of it."""
     return re.compile(rf"(?<!\w)(?:{answer if escaped else re.escape(answer)})(?!\w)")
 
@@ -112,9 +112,9 @@ def answer_teachers(items: Sequence[ItemResult], texts: Mapping[str, str], ids: 
                and (words := divergent_words(item.base_output, item.finetuned_output))}
     if not answers:
         return None
-    patterns = {item: _whole_words(answer) for item, answer in answers.items()}
+    patterns = {item: whole_words(answer) for item, answer in answers.items()}
     # One pass of every answer at once finds the rows worth the per-item look (most rows hold none).
-    anywhere = _whole_words("|".join(sorted({re.escape(answer) for answer in answers.values()},
+    anywhere = whole_words("|".join(sorted({re.escape(answer) for answer in answers.values()},
                                             key=lambda answer: (-len(answer), answer))), escaped=True)
     holds: dict[str, tuple[int, list[str]]] = {}  # position and items of the rows that hold an answer, and no others
     for position, example_id in enumerate(ids):
