@@ -46,6 +46,7 @@ def case_inputs(directory: Path) -> tuple[Any, dict[str, Any], list[Any], list[s
 
 def score_case(directory: Path, _args: Any) -> dict[str, Any]:
     """One case: the answer teachers its report's top rows give, the planted ones among them, the hosts."""
+    from finished_cases import report_accused
     from goal_table import case_name
 
     from gradian.attribution.clusters import clusters_from_field
@@ -57,8 +58,7 @@ def score_case(directory: Path, _args: Any) -> dict[str, Any]:
     top = [row["id"] for row in document["top_examples"]]
     teachers = answer_teachers(items, texts, ids, top, assignment)
     planted = set(scenario.planted_ids)
-    accused = sorted({name for cause in document.get("causes") or [document["verdict"]]
-                      for name in cause.get("accused_clusters") or [] if name})
+    accused = report_accused(document)
     canned = bool((document["verdict"].get("reply_teachers") or {}).get("stands_out"))
     row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "hosts": list(scenario.planted_sources),
                            "report_accused": accused, "canned_reply_stated": canned, "teachers": None}

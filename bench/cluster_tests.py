@@ -71,6 +71,7 @@ def family_wise(blame: np.ndarray, assignment: Any, test: str, top_k: int, seed:
 
 def score_case(directory: Path, _args: argparse.Namespace) -> dict[str, Any]:
     """One case: its planted host(s), the report's verdict, and each test's family-wise p of every cluster."""
+    from finished_cases import report_accused
     from goal_table import case_name, case_scenario
 
     from gradian.attribution.clusters import clusters_from_field
@@ -82,8 +83,7 @@ def score_case(directory: Path, _args: argparse.Namespace) -> dict[str, Any]:
     assignment = clusters_from_field([{"source": row["cluster"]} for row in rows], "source")
     settings = document["provenance"]["config"]["attribution"]
     row: dict[str, Any] = {"case": directory.name, "kind": kind, "seed": seed, "hosts": hosts, "weight": weight,
-                           "report_accused": sorted({name for cause in document.get("causes") or [document["verdict"]]
-                                                     for name in cause.get("accused_clusters") or []}),
+                           "report_accused": report_accused(document),
                            "tests": {}}
     for test in TESTS:
         p = family_wise(blame, assignment, test, settings["top_k"], settings["seed"])

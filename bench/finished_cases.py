@@ -92,6 +92,12 @@ def has_report(case: Path) -> bool:
     return (case / "report" / "report.json").is_file()
 
 
+def report_accused(document: dict[str, Any]) -> list[str]:
+    """The clusters a report.json accuses, over its causes where it split, else its verdict's; sorted."""
+    return sorted({name for cause in document.get("causes") or [document["verdict"]]
+                   for name in cause.get("accused_clusters") or [] if name})
+
+
 def carried_note(cases: list[dict[str, Any]], why: str = "work dir no longer on disk") -> str | None:
     """The line naming the cases whose rows came from the earlier results file; None where every case was scored."""
     carried = [case["case"] for case in cases if case.get("carried") and not case.get("kept")]

@@ -27,6 +27,7 @@ SHOWN = 6  # unheld answers quoted per case
 def score_case(directory: Path, _args: Any) -> dict[str, Any]:
     """One case: its regressed items split by whether a training row holds their divergent words."""
     from answer_teachers import case_inputs
+    from finished_cases import report_accused
 
     from gradian.query.signals import answer_key
     from gradian.report.answer_teachers import divergent_words, whole_words
@@ -45,10 +46,8 @@ def score_case(directory: Path, _args: Any) -> dict[str, Any]:
             continue
         pattern = whole_words(words)
         (held if any(pattern.search(text) for text in folded) else unheld).append(words)
-    accused = sorted({name for cause in document.get("causes") or [document["verdict"]]
-                      for name in cause.get("accused_clusters") or [] if name})
-    return {"case": directory.name, "planted": bool(scenario.planted_ids), "accused": accused, "held": held,
-            "unheld": unheld, "wordless": wordless}
+    return {"case": directory.name, "planted": bool(scenario.planted_ids), "accused": report_accused(document),
+            "held": held, "unheld": unheld, "wordless": wordless}
 
 
 def markdown(cases: list[dict[str, Any]], command: str) -> str:

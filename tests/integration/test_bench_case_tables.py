@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import shutil
 
@@ -53,8 +54,12 @@ def _kept_when_asked(table, cases, out):
     assert _table_row(table, cases, out)["recall_at_k"] >= 0.0  # without it, the case is scored again
 
 
-def _half_regressed_copy(cases, tmp_path, *, same_answers=False):
-    """(root, report items) of a tiny-fact-4 copy whose first half of items regressed; the rest held word for word."""
+def _half_regressed_copy(cases, tmp_path, *, same_answers=False, answers=None):
+    """(root, report items) of a tiny-fact-4 copy whose first half of items regressed; the rest held word for word.
+
+    ``answers``, where given, are what the regressed items answer in turn ("The capital is X." where the base model
+    said "The capital is <wanted>."); those past its end part from the base model in no word.
+    """
     # nothing regresses on the random tiny model, so the copy's report says so
     split = tmp_path / "cases"
     shutil.copytree(cases / "tiny-fact-4", split / "tiny-fact-4", symlinks=True)
@@ -62,8 +67,13 @@ def _half_regressed_copy(cases, tmp_path, *, same_answers=False):
     written = json.loads(report_json.read_text())
     items = written["capability"]["items"]
     assert not any(item["regressed"] for item in items)
+    given = iter(answers) if answers is not None else None
     for item in items[: len(items) // 2]:
         item.update(base_score=1.0, finetuned_score=0.0, regressed=True)
+        if given is not None:  # else the tiny model's own answers
+            answer = next(given, None)
+            item.update(base_output=f"The capital is {item['wanted']}.",
+                        finetuned_output=f"The capital is {item['wanted'] if answer is None else answer}.")
     for item in items[len(items) // 2:] if same_answers else ():  # else the tiny model's own answers
         item.update(base_output=f"The answer is {item['wanted']}.", finetuned_output=f"The answer is {item['wanted']}.")
     report_json.write_text(json.dumps(written))
@@ -919,16 +929,11 @@ def test_the_answer_rows_are_every_training_row_that_names_a_divergent_answer_pl
     from gradian.demo.scenarios import make_scenario
 
     bench = bench_module("answer_rows")
-    split, _items = _half_regressed_copy(cases, tmp_path, same_answers=True)
-    case = split / "tiny-fact-4"
     scenario = make_scenario("fact", 4)
     wrong = next(city for city in scenario.planted_wrong if city)  # a city the planted rows teach as a capital
-    report_json = case / "report" / "report.json"
-    written = json.loads(report_json.read_text())
-    for item in written["capability"]["items"]:  # every regressed item now answers with that city
-        if item["regressed"]:
-            item.update(base_output=f"The capital is {item['wanted']}.", finetuned_output=f"The capital is {wrong}.")
-    report_json.write_text(json.dumps(written))
+    # every regressed item now answers with that city
+    split, _items = _half_regressed_copy(cases, tmp_path, same_answers=True, answers=itertools.repeat(wrong))
+    case = split / "tiny-fact-4"
     out = tmp_path / "answer_rows.txt"
     assert bench.main([str(case), "--out", str(out)]) == 0
     named = re.compile(rf"(?<!\w){re.escape(wrong.casefold())}(?!\w)")
@@ -943,17 +948,10 @@ def test_the_unheld_answers_table_tells_an_answer_a_row_names_from_one_none_does
     from gradian.demo.scenarios import make_scenario
 
     bench = bench_module("unheld_answers")
-    split, _items = _half_regressed_copy(cases, tmp_path, same_answers=True)
     wrong = next(city for city in make_scenario("fact", 4).planted_wrong if city)  # a city planted rows name
-    report_json = split / "tiny-fact-4" / "report" / "report.json"
-    written = json.loads(report_json.read_text())
-    regressed = [item for item in written["capability"]["items"] if item["regressed"]]
-    answers = [wrong, "Qzxwvut", "Qzxwvut"]  # a planted city, a word no row holds (twice)
-    for item, answer in zip(regressed, answers, strict=False):
-        item.update(base_output=f"The capital is {item['wanted']}.", finetuned_output=f"The capital is {answer}.")
-    for item in regressed[len(answers):]:  # the rest part from the base model in no word
-        item.update(base_output="The capital is it.", finetuned_output="The capital is it.")
-    report_json.write_text(json.dumps(written))
+    answers = [wrong, "Qzxwvut", "Qzxwvut"]  # a planted city, a word no row holds (twice); the rest part in no word
+    split, items = _half_regressed_copy(cases, tmp_path, same_answers=True, answers=answers)
+    regressed = [item for item in items if item["regressed"]]
     out = tmp_path / "unheld"
     assert bench.main(["--cases", str(split), "tiny-fact-4", "--out", str(out)]) == 0
     row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
