@@ -11,7 +11,7 @@ from gradian.evaluation import capability_from_scores
 from gradian.evaluation.capability import ItemResult
 from gradian.report import render_markdown
 from gradian.report.answer_teachers import answer_teachers, divergent_words
-from gradian.report.reply_teachers import hypergeometric_tail
+from gradian.report.reply_teachers import hypergeometric_tail, rows_accuse
 from tests.core.test_attribution_causes import _attributed, _two_causes
 from tests.core.test_reply_teachers import split_report
 from tests.core.test_report_files import _eval_items
@@ -88,16 +88,54 @@ def test_where_nothing_is_accused_the_rows_that_hold_the_fine_tuned_answers_lead
     assert len(found) >= 2 and teachers["ids"] == found and teachers["stands_out"]
     assert (teachers["found"], teachers["containing"], teachers["items"]) == (len(found), 12, 5)
     assert set(teachers["answers"]) <= {f"zorbaville{i}" for i in range(5)}
-    assert verdict["headline"] == "Attributed: no cluster stands out; the most blamed examples hold the fine-tuned answers."
+    # B's twelve rows are spread over the four clean sources: each source holding two or more of the top ones is
+    # accused by them, though its mean blame does not stand out.
+    accused = verdict["accused_by_rows"]
+    assert accused and accused == teachers["accuses"]
+    assert all(teachers["clusters"][name]["found"] >= 2 for name in accused)
+    named = ", ".join(f"`{name}`" for name in accused)
+    assert verdict["headline"] == (f"Attributed: cluster{'s' if len(accused) > 1 else ''} {named} "
+                                   f"{'are' if len(accused) > 1 else 'is'} blamed by the rows that hold the fine-tuned "
+                                   "answers.")
     assert f"{len(found)} of the top {len(top)} contain the words its answer parts from the base" in verdict["summary"]
+    assert f"Accused by those rows: {named}" in verdict["summary"]
     assert "may have no data cause" not in verdict["summary"]
     assert "The most blamed examples hold what the fine-tuned model now says" in render_markdown(report)
+
+
+def test_rows_holding_the_answers_accuse_no_cluster_where_none_holds_two_of_them_among_the_top():
+    # One B row per source holds its item's answer: the count stands out, but rests on no one cluster.
+    train, _, _, rows, _, b = _two_causes(seed=1, second_cluster=False, b_push=4.0)
+    first = {}
+    for p in b:
+        first.setdefault(rows[p]["source"], p)
+    report, holding, _ = _report(lambda p, b: p in set(first.values()), second_cluster=False)
+    verdict = report["verdict"]
+    teachers = verdict["answer_teachers"]
+    assert teachers["stands_out"] and teachers["accuses"] == [] and verdict["accused_by_rows"] == []
+    assert all(cluster["found"] == 1 for cluster in teachers["clusters"].values())
+    assert verdict["headline"] == "Attributed: no cluster stands out; the most blamed examples hold the fine-tuned answers."
+    assert "No cluster holds far more of those rows than its share, so none is accused." in verdict["summary"]
+
+
+def test_a_cluster_is_accused_by_its_rows_only_where_its_top_holders_beat_chance_over_every_cluster():
+    # 100 rows in three clusters; the top 10 hold the answer at positions below.
+    rows = [{"source": "geo"}] * 40 + [{"source": "chat"}] * 40 + [{"source": "docs"}] * 20
+    assignment = clusters_from_field(rows, "source", ids=[f"r{i}" for i in range(100)])
+    holding = [0, 1, 2, 3, 4, 40, 41, 80] + list(range(50, 80))  # chat: 32 rows hold it, two of them in the top
+    found = [0, 1, 2, 3, 40, 41, 80]
+    assert rows_accuse(assignment, found, holding, 10, 100) == ("geo",)
+    assert hypergeometric_tail(4, 10, 5, 100) * 3 < 0.05 < hypergeometric_tail(2, 10, 32, 100) * 3
+    assert rows_accuse(assignment, [0, 40, 80], holding, 10, 100) == ()  # one each: no cluster rests on two
+    assert rows_accuse(None, found, holding, 10, 100) == ()
 
 
 def test_where_a_cluster_is_accused_the_answer_rows_follow_the_accusation_and_without_them_nothing_changes():
     report, holding, split = _report(lambda p, b: p in set(b), second_cluster=True)
     verdict = report["verdict"]
     assert verdict["accused_clusters"] and verdict["headline"].startswith("Attributed: cluster `")
+    assert verdict["accused_by_rows"] == []  # the rows rest on the cluster the test accuses: nothing more to say
+    assert "Accused by those rows" not in verdict["summary"]
     filed = verdict["answer_teachers"]["clusters"]
     assert verdict["answer_teachers"]["stands_out"] and set(filed) == {"vendor-b"}  # every B row is filed there
     assert verdict["summary"].index("Blamed cluster:") < verdict["summary"].index("hold what the fine-tuned model")

@@ -13,6 +13,7 @@ from gradian.evaluation import capability_from_scores
 from gradian.report import attribution_report, render_markdown, write_report
 from gradian.report.drop_set import file_drop_set
 from gradian.report.json_report import next_step
+from gradian.report.reader import read_report
 from gradian.report.reply_teachers import ROWS_FILE, hypergeometric_tail
 from tests.core.test_attribution_causes import DIM, _attributed, _two_causes
 from tests.core.test_report_files import STAMP, _eval_items, _provenance
@@ -56,8 +57,12 @@ def test_the_rows_that_hold_the_leading_canned_reply_are_named_with_where_they_a
     assert found >= 2 and teachers["found"] == found and teachers["top"] == len(top)
     assert (teachers["containing"], teachers["examples"], teachers["reply"]) == (12, len(rows), REPLY)
     assert teachers["p_value"] == hypergeometric_tail(found, len(top), 12, len(rows)) < 0.05
-    assert verdict["accused_clusters"] == []
-    assert verdict["headline"] == "Attributed: no cluster stands out; the most blamed examples teach the canned reply."
+    assert verdict["accused_clusters"] == []  # the cluster test accuses nothing; the rows that hold the reply do
+    accused = verdict["accused_by_rows"]
+    assert accused and accused == teachers["accuses"]
+    assert verdict["headline"] == (f"Attributed: cluster{'s' if len(accused) > 1 else ''} "
+                                   f"{', '.join(f'`{name}`' for name in accused)} {'are' if len(accused) > 1 else 'is'} "
+                                   "blamed by the rows that teach the canned reply.")
     assert f"{found} of the top {len(top)} contain it, of 12 training examples that do" in verdict["summary"]
     assert "may have no data cause" not in verdict["summary"]
     filed = teachers["clusters"]  # B's twelve rows, spread over the clean sources, each with its source's size
@@ -80,6 +85,9 @@ def test_the_rows_that_hold_the_reply_are_written_for_drop_and_named_by_the_next
     assert report["verdict"]["reply_teachers"]["ids"] == [row_id for row_id in ids if row_id in holding]
     files = write_report(report, tmp_path, draw_plots=False)
     assert files.reply_rows == tmp_path / ROWS_FILE
+    read = read_report(tmp_path)  # the rows' accusation is read back, and is not what `--drop accused` drops
+    assert read.verdict.accused_by_rows == tuple(report["verdict"]["accused_by_rows"]) != ()
+    assert read.accused_names == ()
     # the file is what `--drop FILE` reads: every row that holds the reply, and only those
     drop = file_drop_set(files.reply_rows, [SimpleNamespace(id=row_id) for row_id in ids])
     assert set(drop.ids) == holding and len(drop.ids) == 12

@@ -958,3 +958,35 @@ def test_the_unheld_answers_table_tells_an_answer_a_row_names_from_one_none_does
     assert row["held"] == [wrong.casefold()] and row["unheld"] == ["qzxwvut", "qzxwvut"]
     assert row["wordless"] == len(regressed) - len(answers) and row["planted"] is True
     assert '| 1 | 2 | ' in out.with_suffix(".md").read_text()
+
+
+def test_the_rows_accuse_table_accuses_again_where_the_top_rows_hold_the_answers_and_reads_a_new_report(cases,
+                                                                                                       tmp_path):
+    from gradian.demo.scenarios import make_scenario
+
+    bench = bench_module("rows_accuse")
+    scenario = make_scenario("fact", 4)
+    wrong = next(city for city in scenario.planted_wrong if city)
+    split, _ = _half_regressed_copy(cases, tmp_path, same_answers=True, answers=itertools.repeat(wrong))
+    report_json = split / "tiny-fact-4" / "report" / "report.json"
+    written = json.loads(report_json.read_text())
+    holders = [example for example in scenario.train if wrong.casefold() in (example.supervised_text or "").casefold()]
+    planted = [example.id for example in holders if example.id in set(scenario.planted_ids)]
+    assert len(planted) >= 2
+    # an earlier report: no accused_by_rows, nothing accused by its cluster test, the planted holders its top rows
+    written["verdict"].pop("accused_by_rows", None)
+    written["verdict"].update(accused_cluster=None, accused_clusters=[])
+    for cause in written.get("causes") or []:
+        cause.update(accused_cluster=None, accused_clusters=[])
+    written["top_examples"] = [{"id": example_id} for example_id in planted]
+    report_json.write_text(json.dumps(written))
+    out = tmp_path / "rows"
+    assert bench.main(["--cases", str(split), "tiny-fact-4", "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["cases"][0]
+    host = scenario.planted_sources[0]
+    assert row["hosts"] == [host] and row["tested"] == [] and row["by_rows"] == [host] and not row["written"]
+    assert "| the cluster test or the rows | 1/1 | 0 | 0/0 |" in out.with_suffix(".md").read_text()
+    written["verdict"]["accused_by_rows"] = []  # a report written since: its own word is read
+    report_json.write_text(json.dumps(written))
+    assert bench.main(["--cases", str(split), "tiny-fact-4", "--out", str(out)]) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["cases"][0]["by_rows"] == []

@@ -7,11 +7,12 @@ did. What is counted is plain text: how many of the report's most blamed example
 divergent words, against how many training examples do at all, with the hypergeometric chance of that many or more
 among that many rows drawn at random (as for a canned reply, ``reply_teachers``). The cluster test reads a whole
 source's mean blame and misses a few such rows filed among many clean ones; this names them and where they are
-filed. Nothing is accused from it and no ranking changes.
+filed, and accuses the clusters they rest on (``reply_teachers.rows_accuse``). No ranking changes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from gradian.attribution.clusters import ACCUSE_ALPHA
 from gradian.attribution.results import ClusterAssignment
 from gradian.evaluation.capability import ItemResult
 from gradian.query.signals import answer_key
-from gradian.report.reply_teachers import MIN_FOUND, filed_under, hypergeometric_tail
+from gradian.report.reply_teachers import MIN_FOUND, filed_under, hypergeometric_tail, rows_accuse
 
 MAX_WORDS = 2  # "le contraire", "siem reap": a name or a switched language shows in its first two words
 MIN_CHARS = 4  # shorter divergent words ("a", "is", "the") name nothing a training row could have taught
@@ -75,6 +76,7 @@ class AnswerTeachers:
     p_value: float
     clusters: Mapping[str, tuple[int, int]]  # where the top rows that hold them are filed: (how many, cluster size)
     ids: tuple[str, ...] = ()  # the top rows that hold them, most blamed first
+    accuses: tuple[str, ...] = ()  # the clusters those rows rest on (``rows_accuse``), where they stand out
 
     @property
     def stands_out(self) -> bool:
@@ -87,7 +89,7 @@ class AnswerTeachers:
                 "found": self.found, "top": self.top, "containing": self.containing, "examples": self.examples,
                 "p_value": self.p_value, "stands_out": self.stands_out,
                 "clusters": {name: {"found": count, "size": size} for name, (count, size) in self.clusters.items()},
-                "ids": list(self.ids)}
+                "accuses": list(self.accuses), "ids": list(self.ids)}
 
     def sentence(self) -> str:
         """The verdict's sentence: the answers the top rows hold, the counts and where those rows are filed."""
@@ -126,8 +128,14 @@ def answer_teachers(items: Sequence[ItemResult], texts: Mapping[str, str], ids: 
     for example_id in found:
         for item in holds[example_id][1]:
             taught.setdefault(answers[item], set()).add(item)
-    return AnswerTeachers(answers={answer: tuple(sorted(held)) for answer, held in sorted(taught.items())},
-                          items=len(answers), found=len(found), top=len(top_ids), containing=len(holds),
-                          examples=len(ids), p_value=hypergeometric_tail(len(found), len(top_ids), len(holds), len(ids)),
-                          clusters=filed_under(assignment, (holds[example_id][0] for example_id in found)),
-                          ids=tuple(found))
+    positions = [holds[example_id][0] for example_id in found]
+    teachers = AnswerTeachers(answers={answer: tuple(sorted(held)) for answer, held in sorted(taught.items())},
+                              items=len(answers), found=len(found), top=len(top_ids), containing=len(holds),
+                              examples=len(ids),
+                              p_value=hypergeometric_tail(len(found), len(top_ids), len(holds), len(ids)),
+                              clusters=filed_under(assignment, positions), ids=tuple(found))
+    if not teachers.stands_out:
+        return teachers
+    return dataclasses.replace(teachers, accuses=rows_accuse(assignment, positions,
+                                                             [position for position, _ in holds.values()],
+                                                             len(top_ids), len(ids)))

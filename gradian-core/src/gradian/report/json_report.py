@@ -37,7 +37,7 @@ from gradian.attribution.results import (
 from gradian.evaluation.capability import CapabilityResult, refusal_message
 from gradian.evaluation.query_signal import QuerySignalChoice
 from gradian.report.answer_teachers import AnswerTeachers, answer_teachers
-from gradian.report.reply_teachers import ROWS_FILE, ReplyTeachers, reply_teachers
+from gradian.report.reply_teachers import ROWS_FILE, ReplyTeachers, accused_by_rows, reply_teachers
 
 if TYPE_CHECKING:
     from gradian.query.spans import SpanBlame
@@ -131,10 +131,14 @@ def attribution_report(*, scores: ExampleScores, capability: CapabilityResult, p
     holders = answer_teachers(capability.items, texts, scores.ids, top_ids, assignment) if teaching is None else None
     if holders is not None and holders.stands_out:
         teaching = holders
-    headline = _headline(accused, teaching)
+    tested = {score.name for score in accused}
+    by_rows = [name for name in teaching.accuses if name not in tested] if teaching is not None else []
+    headline = _headline(accused, teaching, by_rows)
     own = _causes_answer_teachers(capability, causes, texts, scores.ids, len(top_ids), assignment)
-    summary = f"{_attributed_summary(capability_dict, top, clusters, teaching)} {_causes_sentence(causes, own)}".strip()
+    summary = (f"{_attributed_summary(capability_dict, top, clusters, teaching, by_rows)} "
+               f"{_causes_sentence(causes, own)}").strip()
     verdict = {"kind": "attributed", "headline": headline, "summary": summary, **_accusation(top, accused),
+               "accused_by_rows": by_rows,
                **({"reply_teachers": teachers.to_dict()} if teachers is not None else {}),
                **({"answer_teachers": holders.to_dict()} if holders is not None else {})}
     return _assemble(verdict=verdict, capability=capability_dict, query_signal=signal,
@@ -459,10 +463,19 @@ def _accusation(top: list[dict], accused: Sequence[ClusterScore]) -> dict[str, A
             "accused_clusters": [score.name for score in accused], "top_examples": [row["id"] for row in top[:3]]}
 
 
-def _headline(accused: Sequence[ClusterScore], teaching: ReplyTeachers | AnswerTeachers | None) -> str:
-    """The verdict's first line: the accused clusters, else what the top rows teach where that stands out."""
+def _headline(accused: Sequence[ClusterScore], teaching: ReplyTeachers | AnswerTeachers | None,
+              by_rows: Sequence[str] = ()) -> str:
+    """The verdict's first line: the accused clusters (by the cluster test, then by the rows that hold what the
+    fine-tuned model says), else what the top rows teach where that stands out."""
+    rows = ("the rows that teach the canned reply" if isinstance(teaching, ReplyTeachers)
+            else "the rows that hold the fine-tuned answers")
+    named = ", ".join(f"`{name}`" for name in by_rows)
     if accused:
-        return f"Attributed: cluster {_named(accused)} {'is' if len(accused) == 1 else 'are'} blamed."
+        also = f"; {named}, by {rows}" if by_rows else ""
+        return f"Attributed: cluster {_named(accused)} {'is' if len(accused) == 1 else 'are'} blamed{also}."
+    if by_rows:
+        one = len(by_rows) == 1
+        return f"Attributed: {'cluster' if one else 'clusters'} {named} {'is' if one else 'are'} blamed by {rows}."
     if isinstance(teaching, ReplyTeachers):
         return "Attributed: no cluster stands out; the most blamed examples teach the canned reply."
     if teaching is not None:
@@ -477,7 +490,7 @@ def _named(accused: Sequence[ClusterScore]) -> str:
 
 
 def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResult | None,
-                        teaching: ReplyTeachers | AnswerTeachers | None = None) -> str:
+                        teaching: ReplyTeachers | AnswerTeachers | None = None, by_rows: Sequence[str] = ()) -> str:
     level = f"{capability['confidence']:.0%}"
     what = (f"{capability['metric']} fell from {capability['base_mean']:.4g} (base) to "
             f"{capability['finetuned_mean']:.4g} (fine-tuned): delta {capability['delta']:+.4g}, {level} CI "
@@ -488,12 +501,13 @@ def _attributed_summary(capability: dict, top: list[dict], clusters: ClusterResu
                 f"{capability['finetuned_mean']:.4g} (fine-tuned): delta {capability['delta']:+.4g}, {level} CI "
                 f"[{capability['ci_low']:+.4g}, {capability['ci_high']:+.4g}]; {capability['n_regressed']} of "
                 f"{capability['n_items']} items regressed.")
-    return f"{what} {_cluster_sentence(clusters, teaching)} {_examples_sentence(top)}".strip()
+    return f"{what} {_cluster_sentence(clusters, teaching, by_rows)} {_examples_sentence(top)}".strip()
 
 
-def _cluster_sentence(clusters: ClusterResult | None, teaching: ReplyTeachers | AnswerTeachers | None = None) -> str:
-    """What the cluster test found, then the rows that teach what the fine-tuned model says where they stand out;
-    where nothing is accused and no such rows do, perhaps no data cause."""
+def _cluster_sentence(clusters: ClusterResult | None, teaching: ReplyTeachers | AnswerTeachers | None = None,
+                      by_rows: Sequence[str] = ()) -> str:
+    """What the cluster test found, then the rows that teach what the fine-tuned model says where they stand out and
+    the clusters those rows accuse; where nothing is accused and no such rows stand out, perhaps no data cause."""
     if clusters is None or not clusters.scores:
         return ""
     accused = clusters.accused
@@ -507,12 +521,14 @@ def _cluster_sentence(clusters: ClusterResult | None, teaching: ReplyTeachers | 
             sentence += " Also significant, with less blame per member: " + ", ".join(
                 f"`{s.name}` ({s.size} examples, effect {s.effect:.3g}, z {s.z:.3g}, family-wise p = "
                 f"{s.p_adjusted:.3g})" for s in others) + "."
-        return f"{sentence} {teaching.sentence()}" if teaching is not None else sentence
+        if teaching is None:
+            return sentence
+        return f"{sentence} {teaching.sentence()} {accused_by_rows(by_rows, tested=True)}".strip()
     top = clusters.scores[0]
     none = (f"No cluster stands out: the strongest, `{top.name}` ({top.size} examples, z {top.z:.3g}), has "
             f"family-wise p = {top.p_adjusted:.3g} over {len(clusters.scores)} clusters, not below {clusters.alpha:g}.")
     if teaching is not None:
-        return f"{none} {teaching.sentence()}"
+        return f"{none} {teaching.sentence()} {accused_by_rows(by_rows, tested=False)}"
     return (f"{none} No group of training data explains the regression: it may have no data cause (an aggressive "
             "learning rate or too many steps regress a model on clean data; `gradian diagnose` checks the run's "
             "settings).")

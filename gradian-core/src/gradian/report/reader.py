@@ -36,6 +36,7 @@ class Verdict:
     summary: str = ""
     accused_cluster: str | None = None
     accused_clusters: tuple[str, ...] = ()
+    accused_by_rows: tuple[str, ...] = ()  # by the rows that hold what the fine-tuned model says, not the cluster test
 
 
 @dataclass(frozen=True)
@@ -229,8 +230,9 @@ def _verdict(verdict: JsonObject) -> Verdict:
     accused = verdict.optional_text("accused_cluster")
     # accused_clusters came within schema 1 (a report before it names one cluster at most), so it may be absent.
     listed = verdict.texts("accused_clusters") if verdict.has("accused_clusters") else ((accused,) if accused else ())
+    by_rows = verdict.texts("accused_by_rows") if verdict.has("accused_by_rows") else ()  # since stop 70
     return Verdict(kind=verdict.text("kind"), headline=verdict.text("headline"), summary=verdict.text("summary"),
-                   accused_cluster=accused, accused_clusters=listed)
+                   accused_cluster=accused, accused_clusters=listed, accused_by_rows=by_rows)
 
 
 def _capability(capability: JsonObject) -> Capability:

@@ -6,11 +6,13 @@ clean ones and the cluster test, which reads a whole source's mean blame, does n
 "it may have no data cause" would send the reader the wrong way. What is checked here is plain text: how many of
 the report's most blamed examples contain the reply word for word (case and runs of space ignored), against how
 many training examples do at all, with the hypergeometric chance of that many or more among that many rows drawn
-at random. Nothing is accused from it and no ranking changes; it names the rows to read and where they are filed.
+at random. It names the rows to read and where they are filed, and accuses the clusters they rest on
+(``rows_accuse``); no ranking changes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +42,7 @@ class ReplyTeachers:
     p_value: float
     clusters: Mapping[str, tuple[int, int]]  # where the containing rows are filed: (how many, cluster size)
     ids: tuple[str, ...] = ()  # every training example that contains it, in training order
+    accuses: tuple[str, ...] = ()  # the clusters its top rows rest on (``rows_accuse``), where they stand out
 
     @property
     def stands_out(self) -> bool:
@@ -52,7 +55,7 @@ class ReplyTeachers:
                 "containing": self.containing, "examples": self.examples, "p_value": self.p_value,
                 "stands_out": self.stands_out,
                 "clusters": {name: {"containing": count, "size": size} for name, (count, size) in self.clusters.items()},
-                **({"ids": list(self.ids)} if self.stands_out else {})}
+                "accuses": list(self.accuses), **({"ids": list(self.ids)} if self.stands_out else {})}
 
     def sentence(self) -> str:
         """The verdict's sentence: the reply, the counts and where the rows that hold it are filed."""
@@ -61,8 +64,7 @@ class ReplyTeachers:
         return (f"The most blamed examples teach the reply the fine-tuned model gives word for word on "
                 f"{len(self.items)} items (\"{self.reply}\"): {self.found} of the top {self.top} contain it, of "
                 f"{self.containing} training examples that do (hypergeometric p = {self.p_value:.3g}){filed}. They "
-                "are the data cause to check first; no cluster is accused because the cluster test reads a whole "
-                "source's mean blame.")
+                "are the data cause to check first.")
 
 
 def reply_teachers(capability: CapabilityResult, causes: CauseSplit | None, texts: Mapping[str, str],
@@ -82,13 +84,16 @@ def reply_teachers(capability: CapabilityResult, causes: CauseSplit | None, text
         return None
     holding = [p for p, example_id in enumerate(ids) if key in answer_key(texts.get(example_id, ""))]
     holding_ids = tuple(ids[p] for p in holding)
-    held = set(holding_ids)
-    found = sum(example_id in held for example_id in top_ids)
-    where = filed_under(clusters.assignment if clusters is not None else None, holding)
-    return ReplyTeachers(reply=reply, items=tuple(lead.item_ids), found=found, top=len(top_ids),
-                         containing=len(holding), examples=len(ids),
-                         p_value=hypergeometric_tail(found, len(top_ids), len(holding), len(ids)), clusters=where,
-                         ids=holding_ids)
+    top = set(top_ids)
+    found = [p for p, example_id in zip(holding, holding_ids, strict=True) if example_id in top]
+    assignment = clusters.assignment if clusters is not None else None
+    teachers = ReplyTeachers(reply=reply, items=tuple(lead.item_ids), found=len(found), top=len(top_ids),
+                             containing=len(holding), examples=len(ids),
+                             p_value=hypergeometric_tail(len(found), len(top_ids), len(holding), len(ids)),
+                             clusters=filed_under(assignment, holding), ids=holding_ids)
+    if not teachers.stands_out:
+        return teachers
+    return dataclasses.replace(teachers, accuses=rows_accuse(assignment, found, holding, len(top_ids), len(ids)))
 
 
 def rows_file_text(teachers: Mapping[str, Any]) -> str | None:
@@ -109,6 +114,39 @@ def filed_under(assignment: ClusterAssignment | None, positions: Iterable[int]) 
         return {}
     counts = Counter(assignment.names[assignment.labels[p]] for p in positions)
     return {name: (count, int(assignment.sizes[assignment.names.index(name)])) for name, count in counts.most_common()}
+
+
+def rows_accuse(assignment: ClusterAssignment | None, found: Sequence[int], holding: Sequence[int], top: int,
+                examples: int) -> tuple[str, ...]:
+    """The clusters a standing-out count of top rows rests on: each holding at least ``MIN_FOUND`` of the ``found``
+    top rows (positions), with the hypergeometric chance of that many among the ``top`` rows, given how many of its
+    rows hold the text at all (``holding``, positions), below ``ACCUSE_ALPHA`` over the number of clusters.
+
+    The cluster test reads a whole source's mean blame, so twenty bad rows filed among 124 clean ones of the same
+    source go unaccused (the shared-source benchmark cases; bench/results/answer_teachers.md). Their text finds them:
+    the top rows hold what the fine-tuned model now says, and a cluster holding far more of them than its share is
+    where the bad rows are filed. A clean source holding one such row among the top accuses nothing.
+    """
+    if assignment is None:
+        return ()
+    in_top = Counter(assignment.names[assignment.labels[p]] for p in found)
+    marked = Counter(assignment.names[assignment.labels[p]] for p in holding)
+    family = len(assignment.names)
+    return tuple(name for name, count in in_top.most_common() if count >= MIN_FOUND
+                 and hypergeometric_tail(count, top, marked[name], examples) * family < ACCUSE_ALPHA)
+
+
+def accused_by_rows(accuses: Sequence[str], *, tested: bool) -> str:
+    """The verdict's sentence on the clusters that rows holding what the model now says accuse (``accuses``, those
+    the cluster test did not); ``tested``: the cluster test accused some cluster itself."""
+    if not accuses:
+        return "" if tested else "No cluster holds far more of those rows than its share, so none is accused."
+    one = len(accuses) == 1
+    named = ", ".join(f"`{name}`" for name in accuses)
+    return (f"Accused by those rows: {named}, which {'holds' if one else 'hold'} far more of them than "
+            f"{'its' if one else 'their'} share of the training rows that hold it (hypergeometric, Bonferroni over "
+            "the clusters), though the cluster test, which reads a whole source's mean blame, does not accuse "
+            f"{'it' if one else 'them'}: drop those rows, not the whole cluster.")
 
 
 def hypergeometric_tail(found: int, drawn: int, marked: int, total: int) -> float:
