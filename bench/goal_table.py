@@ -209,6 +209,7 @@ def score_case(directory: Path) -> dict[str, Any]:
     row: dict[str, Any] = {
         "case": directory.name, "kind": kind, "seed": seed, "held_out": seed >= FIRST_HELD_OUT_SEED,
         "shared_source": scenario.shared_source, "verdict": report.verdict.kind, "accused": list(check.accused),
+        "accused_by_rows": list(check.accused_by_rows),
         "planted_clusters": list(check.planted_clusters), "verdict_right": check.verdict_right,
         "delta": capability.delta if capability else None,
         "ci": [capability.ci_low, capability.ci_high] if capability else None,
@@ -354,7 +355,9 @@ def _number(value: Any, digits: int = 2) -> str:
 
 
 def _accused(row: dict[str, Any]) -> str:
-    accused = ", ".join(f"`{name}`" for name in row["accused"]) or "nothing"
+    by_rows = row.get("accused_by_rows") or []  # rows scored before stop 70 lack it
+    accused = ", ".join([*(f"`{name}`" for name in row["accused"]),
+                         *(f"`{name}` (by its rows)" for name in by_rows)]) or "nothing"
     right = {True: "right", False: "wrong", None: "-"}[row["verdict_right"]]
     return f"{accused} ({right})"
 

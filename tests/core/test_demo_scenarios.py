@@ -449,3 +449,29 @@ def test_ground_truth_says_whether_the_source_holding_shared_planted_rows_is_acc
     span = make_scenario("span", 0)
     assert check_ground_truth(span, _report(span, ["country_profiles"], [], [])).lines()[0] == \
         "ground truth: planted rows are filed under 'country_profiles' beside clean rows; it is not accused"
+
+
+def test_ground_truth_counts_a_cluster_accused_by_its_rows_beside_the_cluster_tests():
+    import dataclasses
+
+    from gradian.demo.run import check_ground_truth
+
+    def by_rows(report, names):
+        return dataclasses.replace(report, verdict=dataclasses.replace(report.verdict, accused_by_rows=tuple(names)))
+
+    shared = make_scenario("two_causes", 0, shared_source=True)
+    check = check_ground_truth(shared, by_rows(_report(shared, ["geography_qa", "explanations"], ["explanations"], []),
+                                               ["geography_qa"]))
+    assert check.accused == ("explanations",) and check.accused_by_rows == ("geography_qa",)
+    assert check.lines()[:2] == [
+        "ground truth: planted rows are filed under 'explanations' beside clean rows; it is accused",
+        "ground truth: planted rows are filed under 'geography_qa' beside clean rows; it is accused by its rows"]
+    own = make_scenario("fact", 0)
+    right = check_ground_truth(own, by_rows(_report(own, [own.planted_cluster], [], []), [own.planted_cluster]))
+    assert right.verdict_right is True
+    wrong = check_ground_truth(own, by_rows(_report(own, [own.planted_cluster], [own.planted_cluster], []), ["x"]))
+    assert wrong.verdict_right is False and wrong.wrongly_accused == ("x",)
+    clean = make_scenario("clean", 0)
+    control = check_ground_truth(clean, by_rows(_report(clean, ["geography_qa"], [], []), ["geography_qa"]))
+    assert control.verdict_right is False  # a control accusing anything, by its rows too, is wrong
+    assert control.lines() == ["ground truth: nothing was planted (a control); the report accuses geography_qa"]

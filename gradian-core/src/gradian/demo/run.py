@@ -115,7 +115,8 @@ class GroundTruthCheck:
     # of them are in the top (as many as there are of them): a row the model did not learn rightly ranks low.
     reproduced_rows: int | None = None
     reproduced_in_top: int | None = None
-    accused: tuple[str, ...] = ()  # every cluster the report accuses
+    accused: tuple[str, ...] = ()  # every cluster the report's cluster test accuses
+    accused_by_rows: tuple[str, ...] = ()  # the others, accused by the rows that hold what the model now says
     # Every planted cluster of its own source (none for the span kind, whose planted rows share a source), its
     # 1-based rank among all clusters (None: not ranked) and its number of rows, aligned.
     planted_clusters: tuple[str, ...] = ()
@@ -135,6 +136,11 @@ class GroundTruthCheck:
         return self.cluster_ranks[0] if self.cluster_ranks else None
 
     @property
+    def all_accused(self) -> tuple[str, ...]:
+        """Every cluster the report accuses, by its cluster test or by its rows."""
+        return (*self.accused, *self.accused_by_rows)
+
+    @property
     def verdict_right(self) -> bool | None:
         """Whether the accused clusters are the planted ones: every one of them and no other, or none for a control.
 
@@ -142,22 +148,27 @@ class GroundTruthCheck:
         right or wrong there.
         """
         if not self.planted_rows:
-            return not self.accused
+            return not self.all_accused
         if not self.planted_clusters:
             return None
-        return all(name in self.accused for name in self.planted_clusters) and not self.wrongly_accused
+        return all(name in self.all_accused for name in self.planted_clusters) and not self.wrongly_accused
 
     @property
     def wrongly_accused(self) -> tuple[str, ...]:
         """Accused clusters where nothing was planted (none for the span kind, whose rows have no cluster)."""
         if not self.planted_clusters:
             return ()
-        return tuple(name for name in self.accused if name not in self.planted_clusters)
+        return tuple(name for name in self.all_accused if name not in self.planted_clusters)
+
+    def _accused_as(self, name: str) -> str:
+        """'accused', 'accused by its rows' or 'not accused'."""
+        return ("accused" if name in self.accused else "accused by its rows" if name in self.accused_by_rows
+                else "not accused")
 
     def lines(self) -> list[str]:
         """A few terminal lines."""
         if not self.planted_rows:  # a control: the only right answer is to accuse nothing
-            what = ", ".join(self.accused) if self.accused else "nothing"
+            what = ", ".join(self.all_accused) if self.all_accused else "nothing"
             return [f"ground truth: nothing was planted (a control); the report accuses {what}"]
         lines = self._cluster_lines()
         k = min(self.top, self.planted_rows)
@@ -181,15 +192,15 @@ class GroundTruthCheck:
         lines = []
         for name, rank, count in zip(clusters, self.cluster_ranks, self.cluster_rows, strict=True):
             where = "not ranked" if rank is None else f"ranked {rank} of {self.clusters}"
-            accused = (", accused" if name in self.accused else ", not accused") if len(clusters) > 1 else ""
+            accused = f", {self._accused_as(name)}" if len(clusters) > 1 else ""
             lines.append(f"ground truth: the planted cluster {name!r} ({count} rows) is {where}{accused}")
         if len(clusters) > 1:  # the verdict is right only when it names every cause
-            found = sum(1 for name in clusters if name in self.accused)
+            found = sum(1 for name in clusters if name in self.all_accused)
             lines.append(f"ground truth: the verdict is {'right' if self.verdict_right else 'wrong'}: it accuses "
                          f"{found} of the {len(clusters)} planted clusters")
         for name in self.shared_sources:  # no cluster to be right about: say whether the one holding them is accused
             lines.append(f"ground truth: planted rows are filed under {name!r} beside clean rows; it is "
-                         f"{'accused' if name in self.accused else 'not accused'}")
+                         f"{self._accused_as(name)}")
         if self.wrongly_accused:
             lines.append(f"ground truth: the verdict is wrong: it also accuses "
                          f"{', '.join(repr(name) for name in self.wrongly_accused)}, where nothing was planted")
@@ -463,7 +474,7 @@ def check_ground_truth(scenario: Scenario, report: Report) -> GroundTruthCheck:
                             span_hits=hits, span_checked=checked,
                             reproduced_rows=None if reproduced is None else len(reproduced),
                             reproduced_in_top=reproduced_in_top,
-                            accused=report.verdict.accused_clusters,
+                            accused=report.verdict.accused_clusters, accused_by_rows=report.verdict.accused_by_rows,
                             planted_clusters=scenario.planted_clusters, cluster_ranks=ranks,
                             cluster_rows=tuple(len(scenario.cluster_rows(name)) for name in scenario.planted_clusters),
                             untargeted_rows=len(untargeted) if reproduced is not None else 0,
