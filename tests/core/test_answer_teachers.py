@@ -115,7 +115,7 @@ def test_rows_holding_the_answers_accuse_no_cluster_where_none_holds_two_of_them
     assert teachers["stands_out"] and teachers["accuses"] == [] and verdict["accused_by_rows"] == []
     assert all(cluster["found"] == 1 for cluster in teachers["clusters"].values())
     assert verdict["headline"] == "Attributed: no cluster stands out; the most blamed examples hold the fine-tuned answers."
-    assert "No cluster holds far more of those rows than its share, so none is accused." in verdict["summary"]
+    assert "No cluster holds far more of those rows than chance would, so they accuse none." in verdict["summary"]
 
 
 def test_a_cluster_is_accused_by_its_rows_only_where_its_top_holders_beat_chance_over_every_cluster():

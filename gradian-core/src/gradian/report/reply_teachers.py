@@ -140,13 +140,13 @@ def accused_by_rows(accuses: Sequence[str], *, tested: bool) -> str:
     """The verdict's sentence on the clusters that rows holding what the model now says accuse (``accuses``, those
     the cluster test did not); ``tested``: the cluster test accused some cluster itself."""
     if not accuses:
-        return "" if tested else "No cluster holds far more of those rows than its share, so none is accused."
+        return "" if tested else "No cluster holds far more of those rows than chance would, so they accuse none."
     one = len(accuses) == 1
     named = ", ".join(f"`{name}`" for name in accuses)
-    return (f"Accused by those rows: {named}, which {'holds' if one else 'hold'} far more of them than "
-            f"{'its' if one else 'their'} share of the training rows that hold it (hypergeometric, Bonferroni over "
-            "the clusters), though the cluster test, which reads a whole source's mean blame, does not accuse "
-            f"{'it' if one else 'them'}: drop those rows, not the whole cluster.")
+    return (f"Accused by those rows: {named}: far more of {'its' if one else 'their'} rows that hold it are among the "
+            "most blamed than chance would put there (hypergeometric, Bonferroni over the clusters), though the cluster "
+            f"test, which reads a whole source's mean blame, does not accuse {'it' if one else 'them'}: drop those "
+            "rows, not the whole cluster.")
 
 
 def hypergeometric_tail(found: int, drawn: int, marked: int, total: int) -> float:
