@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 RESULTS = Path(__file__).resolve().parent / "results" / "rows_accuse"
 
 
-def accused_by_rows(directory: Path) -> tuple[list[str], str]:
+def rows_accusation(directory: Path) -> tuple[list[str], str]:
     """The clusters a finished case's report accuses by its rows (beyond its cluster test's), and from which rows."""
     from answer_teachers import case_inputs
     from finished_cases import report_accused
@@ -41,8 +41,9 @@ def accused_by_rows(directory: Path) -> tuple[list[str], str]:
     top = [row["id"] for row in document["top_examples"]]
     if reply.get("stands_out"):
         position = {example_id: p for p, example_id in enumerate(ids)}
+        shown = set(top)
         holding = [position[example_id] for example_id in reply["ids"]]
-        found = [position[example_id] for example_id in reply["ids"] if example_id in set(top)]
+        found = [position[example_id] for example_id in reply["ids"] if example_id in shown]
         accuses = rows_accuse(assignment, found, holding, len(top), len(ids))
         return [name for name in accuses if name not in tested], "reply"
     holders = answer_teachers(items, texts, ids, top, assignment)
@@ -58,7 +59,7 @@ def score_case(directory: Path, _args: Any) -> dict[str, Any]:
     from goal_table import case_scenario
 
     document = json.loads((directory / "report" / "report.json").read_text(encoding="utf-8"))
-    by_rows, rows = accused_by_rows(directory)
+    by_rows, rows = rows_accusation(directory)
     return {"case": directory.name, "hosts": list(case_scenario(directory).planted_sources),
             "tested": report_accused(document), "by_rows": by_rows, "rows": rows,
             "written": "accused_by_rows" in document["verdict"]}

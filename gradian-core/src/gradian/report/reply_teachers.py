@@ -124,8 +124,9 @@ def rows_accuse(assignment: ClusterAssignment | None, found: Sequence[int], hold
 
     The cluster test reads a whole source's mean blame, so twenty bad rows filed among 124 clean ones of the same
     source go unaccused (the shared-source benchmark cases; bench/results/answer_teachers.md). Their text finds them:
-    the top rows hold what the fine-tuned model now says, and a cluster holding far more of them than its share is
-    where the bad rows are filed. A clean source holding one such row among the top accuses nothing.
+    the top rows hold what the fine-tuned model now says, and a cluster more of whose rows that hold it are among
+    the top than chance would put there is where the bad rows are filed. A clean source holding one such row among
+    the top accuses nothing.
     """
     if assignment is None:
         return ()
