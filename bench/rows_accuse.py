@@ -22,21 +22,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 RESULTS = Path(__file__).resolve().parent / "results" / "rows_accuse"
 
 
-def rows_accusation(directory: Path) -> tuple[list[str], str]:
-    """The clusters a finished case's report accuses by its rows (beyond its cluster test's), and from which rows."""
-    from answer_teachers import case_inputs
+def rows_accusation(scenario: Any, document: dict[str, Any], items: list[Any], ids: list[str],
+                    texts: dict[str, str]) -> tuple[list[str], str]:
+    """The clusters a finished case's report accuses by its rows (beyond its cluster test's), and from which rows;
+    the arguments are ``answer_teachers.case_inputs``'s."""
     from finished_cases import report_accused
 
     from gradian.attribution.clusters import clusters_from_field
     from gradian.report.answer_teachers import answer_teachers
     from gradian.report.reply_teachers import rows_accuse
 
-    scenario, document, items, ids, texts = case_inputs(directory)
     verdict = document["verdict"]
-    tested = set(report_accused(document))
     reply = verdict.get("reply_teachers") or {}
+    rows = "reply" if reply.get("stands_out") else "answers"
     if "accused_by_rows" in verdict:  # written by the report itself
-        return list(verdict["accused_by_rows"]), "reply" if reply.get("stands_out") else "answers"
+        return list(verdict["accused_by_rows"]), rows
     assignment = clusters_from_field([example.fields for example in scenario.train], scenario.cluster_field)
     top = [row["id"] for row in document["top_examples"]]
     if reply.get("stands_out"):
@@ -45,22 +45,21 @@ def rows_accusation(directory: Path) -> tuple[list[str], str]:
         holding = [position[example_id] for example_id in reply["ids"]]
         found = [position[example_id] for example_id in reply["ids"] if example_id in shown]
         accuses = rows_accuse(assignment, found, holding, len(top), len(ids))
-        return [name for name in accuses if name not in tested], "reply"
-    holders = answer_teachers(items, texts, ids, top, assignment)
-    accuses = holders.accuses if holders is not None else ()
-    return [name for name in accuses if name not in tested], "answers"
+    else:
+        holders = answer_teachers(items, texts, ids, top, assignment)
+        accuses = holders.accuses if holders is not None else ()
+    tested = set(report_accused(document))
+    return [name for name in accuses if name not in tested], rows
 
 
 def score_case(directory: Path, _args: Any) -> dict[str, Any]:
     """One case: its planted hosts, what its cluster test accuses and what its rows accuse."""
-    import json
-
+    from answer_teachers import case_inputs
     from finished_cases import report_accused
-    from goal_table import case_scenario
 
-    document = json.loads((directory / "report" / "report.json").read_text(encoding="utf-8"))
-    by_rows, rows = rows_accusation(directory)
-    return {"case": directory.name, "hosts": list(case_scenario(directory).planted_sources),
+    scenario, document, items, ids, texts = case_inputs(directory)  # report.json and the scenario read once
+    by_rows, rows = rows_accusation(scenario, document, items, ids, texts)
+    return {"case": directory.name, "hosts": list(scenario.planted_sources),
             "tested": report_accused(document), "by_rows": by_rows, "rows": rows,
             "written": "accused_by_rows" in document["verdict"]}
 
